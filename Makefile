@@ -1,0 +1,31 @@
+# make test / make demo set up everything they need on a fresh clone: a .venv with the pinned
+# packages (PyPI) and a private Spanner emulator process (started and stopped by the code itself).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: test demo bench setup check-emulator clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+check-emulator: setup
+	@$(PY) -c "from cs_platform.dev.emulator import find_emulator_binary as f; print('emulator:', f())"
+
+test: setup check-emulator
+	$(PY) -m pytest cs_platform_tests
+
+demo: setup check-emulator
+	$(PY) -m cs_platform.dev.demo
+
+bench: setup check-emulator
+	$(PY) bench/reader_throughput.py
+
+clean:
+	rm -rf $(VENV) .demo .pytest_cache

@@ -1,0 +1,1 @@
+"""cs_platform: Cloud Spanner change streams -> Dagster -> transaction-consistent Delta Lake."""

@@ -1,0 +1,64 @@
+"""Named errors of the reader core.
+
+Two families, as in delta/dlt: :class:`TransientError` (retrying the same call may succeed: the
+reader backs off and resumes from its last safe point) and :class:`TerminalError` (retrying cannot
+help: stop and tell the user what to fix). Every message names the offending thing and the fix.
+"""
+
+from __future__ import annotations
+
+
+class ChangeStreamError(Exception):
+    """Base of every error raised by :mod:`cs_platform.changestream`."""
+
+
+class TransientError(ChangeStreamError):
+    """Raised when Spanner failed in a way that a retry from the last safe point can fix."""
+
+
+class TerminalError(ChangeStreamError):
+    """Raised when retrying cannot help; the message says what to change."""
+
+
+class InvalidIdentifierError(TerminalError, ValueError):
+    """Raised when a name that ends up in SQL (stream, table) is not a plain Spanner identifier."""
+
+
+class InvalidArgumentError(TerminalError, ValueError):
+    """Raised when a query argument (heartbeat, timestamps) is outside what Spanner accepts."""
+
+
+class UnknownChangeStreamError(TerminalError):
+    """Raised when the database has no change stream of the configured name."""
+
+
+class StartTimestampOutOfRangeError(TerminalError):
+    """Raised when a start timestamp is before the stream existed or outside its retention."""
+
+
+class InvalidPartitionTokenError(TerminalError):
+    """Raised when Spanner rejects a partition token (not one of this stream's tokens)."""
+
+
+class DatabaseNotFoundError(TerminalError):
+    """Raised when the configured instance or database does not exist."""
+
+
+class CredentialsError(TerminalError):
+    """Raised when no usable Google credentials are configured."""
+
+
+class MalformedRecordError(TerminalError):
+    """Raised when a change stream row does not have the shape of a documented record."""
+
+
+class PartitionEndedWithoutChildrenError(TerminalError):
+    """Raised when a partition query ends before its end timestamp without child partitions.
+
+    Spanner always reports children before ending a partition early; an early end without them
+    means records would be lost if the partition were marked finished (Debezium lost data so).
+    """
+
+
+class PartitionNotFoundError(TerminalError):
+    """Raised when the metadata table has no row for a partition token."""

@@ -1,0 +1,342 @@
+"""The partition metadata table (Beam's ``PartitionMetadataDao``): one row per partition token.
+
+All SQL about partition state lives here. The table is in a GoogleSQL database (the source database
+or, better, a separate one so metadata writes never contend with the workload). Rules kept here:
+
+- states only move forward: CREATED -> SCHEDULED -> RUNNING -> FINISHED (each transition is a
+  conditional DML update, so a late or duplicate caller cannot move a row back);
+- a watermark never moves backwards, even with racing writers (Beam #36470): the update is
+  ``WHERE Watermark < @new`` inside a read-write transaction;
+- a child reported by several parents (a merge) is inserted once: existence check and insert share
+  one read-write transaction;
+- the initial pseudo-partition (token NULL in the query) has the fixed key ``initial``; initializing
+  an existing table is a no-op, so restarts never re-initialize (Beam #32509).
+
+Watermark semantics: every record of the partition with commit_timestamp <= Watermark is durably
+landed. A new partition starts at ``StartTimestamp - 1µs``: nothing landed yet.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Iterable, Sequence
+
+from google.api_core import exceptions as gexc
+from google.cloud import spanner
+from google.cloud.spanner_v1 import param_types
+from google.cloud.spanner_v1.database import Database
+
+from cs_platform.changestream.errors import InvalidArgumentError, PartitionNotFoundError
+from cs_platform.changestream.query import validate_heartbeat_millis, validate_identifier
+from cs_platform.changestream.records import ChildPartitionsRecord
+
+log = logging.getLogger(__name__)
+
+INITIAL_PARTITION_TOKEN = "initial"
+ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+class PartitionState(str, enum.Enum):
+    CREATED = "CREATED"
+    SCHEDULED = "SCHEDULED"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+
+
+# target state -> (states it may come from, timestamp column it stamps)
+_TRANSITIONS = {
+    PartitionState.SCHEDULED: ((PartitionState.CREATED,), "ScheduledAt"),
+    PartitionState.RUNNING: ((PartitionState.CREATED, PartitionState.SCHEDULED), "RunningAt"),
+    PartitionState.FINISHED: (
+        (PartitionState.CREATED, PartitionState.SCHEDULED, PartitionState.RUNNING),
+        "FinishedAt",
+    ),
+}
+
+COLUMNS = (
+    "PartitionToken",
+    "ParentTokens",
+    "StartTimestamp",
+    "EndTimestamp",
+    "HeartbeatMillis",
+    "State",
+    "Watermark",
+    "CreatedAt",
+    "ScheduledAt",
+    "RunningAt",
+    "FinishedAt",
+)
+
+
+@dataclass(frozen=True)
+class PartitionMetadata:
+    token: str
+    parent_tokens: tuple[str, ...]
+    start_timestamp: datetime
+    end_timestamp: datetime | None
+    heartbeat_millis: int
+    state: PartitionState
+    watermark: datetime
+    created_at: datetime | None = None
+    scheduled_at: datetime | None = None
+    running_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def is_initial(self) -> bool:
+        return self.token == INITIAL_PARTITION_TOKEN
+
+    @property
+    def query_token(self) -> str | None:
+        """The token to pass to the change stream query (NULL for the initial partition)."""
+        return None if self.is_initial else self.token
+
+    @classmethod
+    def from_row(cls, row: Sequence) -> "PartitionMetadata":
+        values = dict(zip(COLUMNS, row))
+        return cls(
+            token=values["PartitionToken"],
+            parent_tokens=tuple(values["ParentTokens"] or ()),
+            start_timestamp=values["StartTimestamp"],
+            end_timestamp=values["EndTimestamp"],
+            heartbeat_millis=values["HeartbeatMillis"],
+            state=PartitionState(values["State"]),
+            watermark=values["Watermark"],
+            created_at=values["CreatedAt"],
+            scheduled_at=values["ScheduledAt"],
+            running_at=values["RunningAt"],
+            finished_at=values["FinishedAt"],
+        )
+
+
+class PartitionMetadataStore:
+    """Reads and writes the partition metadata table of one change stream."""
+
+    def __init__(self, database: Database, table_name: str) -> None:
+        self.database = database
+        self.table = validate_identifier(table_name, "metadata table name")
+
+    # ------------------------------------------------------------------------------ schema
+
+    def ddl(self) -> list[str]:
+        t = self.table
+        return [
+            f"""CREATE TABLE {t} (
+                PartitionToken STRING(MAX) NOT NULL,
+                ParentTokens ARRAY<STRING(MAX)> NOT NULL,
+                StartTimestamp TIMESTAMP NOT NULL,
+                EndTimestamp TIMESTAMP,
+                HeartbeatMillis INT64 NOT NULL,
+                State STRING(MAX) NOT NULL,
+                Watermark TIMESTAMP NOT NULL,
+                CreatedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp=true),
+                ScheduledAt TIMESTAMP OPTIONS (allow_commit_timestamp=true),
+                RunningAt TIMESTAMP OPTIONS (allow_commit_timestamp=true),
+                FinishedAt TIMESTAMP OPTIONS (allow_commit_timestamp=true)
+            ) PRIMARY KEY (PartitionToken)""",
+            f"CREATE INDEX {t}ByState ON {t}(State)",
+        ]
+
+    def table_exists(self) -> bool:
+        with self.database.snapshot() as snap:
+            rows = list(
+                snap.execute_sql(
+                    "SELECT 1 FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @t",
+                    params={"t": self.table},
+                    param_types={"t": param_types.STRING},
+                )
+            )
+        return bool(rows)
+
+    def create_table_if_missing(self) -> bool:
+        if self.table_exists():
+            return False
+        try:
+            self.database.update_ddl(self.ddl()).result(timeout=300)
+        except gexc.FailedPrecondition as e:
+            # Another process created it between our check and our DDL: fine if it exists now.
+            if not self.table_exists():
+                raise
+            log.info("metadata table %s was created concurrently: %s", self.table, e.message)
+            return False
+        log.info("created partition metadata table %s", self.table)
+        return True
+
+    # ---------------------------------------------------------------------------- writes
+
+    def initialize(self, start: datetime, end: datetime | None, heartbeat_millis: int) -> bool:
+        """Create the table if needed and insert the initial partition once. True if inserted."""
+        validate_heartbeat_millis(heartbeat_millis)
+        if end is not None and end < start:
+            raise InvalidArgumentError(f"end timestamp {end} is before start timestamp {start}")
+        self.create_table_if_missing()
+        initial = PartitionMetadata(
+            token=INITIAL_PARTITION_TOKEN,
+            parent_tokens=(),
+            start_timestamp=start,
+            end_timestamp=end,
+            heartbeat_millis=heartbeat_millis,
+            state=PartitionState.CREATED,
+            watermark=start - ONE_MICROSECOND,
+        )
+        inserted = self.database.run_in_transaction(self._insert_missing, [initial])
+        if not inserted:
+            existing = self.get(INITIAL_PARTITION_TOKEN)
+            if existing.start_timestamp != start:
+                log.warning(
+                    "metadata table %s was initialized with start %s; keeping it (configured start %s is "
+                    "ignored: drop the table to start over)",
+                    self.table,
+                    existing.start_timestamp,
+                    start,
+                )
+        return bool(inserted)
+
+    def add_children(self, record: ChildPartitionsRecord, end: datetime | None, heartbeat_millis: int) -> int:
+        """Insert the record's children as CREATED unless present. Returns how many were new."""
+        children = [
+            PartitionMetadata(
+                token=c.token,
+                parent_tokens=c.parent_tokens,
+                start_timestamp=record.start_timestamp,
+                end_timestamp=end,
+                heartbeat_millis=heartbeat_millis,
+                state=PartitionState.CREATED,
+                watermark=record.start_timestamp - ONE_MICROSECOND,
+            )
+            for c in record.child_partitions
+        ]
+        return self.database.run_in_transaction(self._insert_missing, children)
+
+    def _insert_missing(self, transaction, partitions: list[PartitionMetadata]) -> int:
+        keyset = spanner.KeySet(keys=[[p.token] for p in partitions])
+        present = {row[0] for row in transaction.read(self.table, ["PartitionToken"], keyset)}
+        new = [p for p in partitions if p.token not in present]
+        if new:
+            transaction.insert(
+                self.table,
+                COLUMNS[:8],
+                [
+                    [
+                        p.token,
+                        list(p.parent_tokens),
+                        p.start_timestamp,
+                        p.end_timestamp,
+                        p.heartbeat_millis,
+                        p.state.value,
+                        p.watermark,
+                        spanner.COMMIT_TIMESTAMP,
+                    ]
+                    for p in new
+                ],
+            )
+        return len(new)
+
+    def transition(self, tokens: Iterable[str], to: PartitionState) -> int:
+        """Move partitions forward to ``to``; rows already there or beyond are left alone."""
+        tokens = list(tokens)
+        if not tokens:
+            return 0
+        sources, stamp = _TRANSITIONS[PartitionState(to)]
+        sql = (
+            f"UPDATE {self.table} SET State = @to, {stamp} = PENDING_COMMIT_TIMESTAMP() "
+            "WHERE PartitionToken IN UNNEST(@tokens) AND State IN UNNEST(@sources)"
+        )
+        params = {"to": to.value, "tokens": tokens, "sources": [s.value for s in sources]}
+        types = {
+            "to": param_types.STRING,
+            "tokens": param_types.Array(param_types.STRING),
+            "sources": param_types.Array(param_types.STRING),
+        }
+        return self.database.run_in_transaction(lambda tx: tx.execute_update(sql, params, types))
+
+    def record_progress(self, token: str, watermark: datetime, finished: bool) -> None:
+        """Persist a partition's watermark (never backwards) and, if done, FINISHED, atomically.
+
+        Call only after the records up to ``watermark`` are durably landed (Beam's BundleFinalizer).
+        """
+
+        def work(tx) -> None:
+            updated = tx.execute_update(
+                f"UPDATE {self.table} SET Watermark = @w WHERE PartitionToken = @p AND Watermark < @w",
+                params={"w": watermark, "p": token},
+                param_types={"w": param_types.TIMESTAMP, "p": param_types.STRING},
+            )
+            if not updated and not self._exists(tx, token):
+                raise PartitionNotFoundError(
+                    f"partition {token[:40]}… is not in metadata table {self.table}; was the table dropped?"
+                )
+            if finished:
+                sources, stamp = _TRANSITIONS[PartitionState.FINISHED]
+                tx.execute_update(
+                    f"UPDATE {self.table} SET State = 'FINISHED', {stamp} = PENDING_COMMIT_TIMESTAMP() "
+                    "WHERE PartitionToken = @p AND State IN UNNEST(@sources)",
+                    params={"p": token, "sources": [s.value for s in sources]},
+                    param_types={"p": param_types.STRING, "sources": param_types.Array(param_types.STRING)},
+                )
+
+        self.database.run_in_transaction(work)
+
+    def _exists(self, tx, token: str) -> bool:
+        return bool(list(tx.read(self.table, ["PartitionToken"], spanner.KeySet(keys=[[token]]))))
+
+    def delete_finished(self, older_than: timedelta) -> int:
+        """Delete FINISHED rows finished before now - ``older_than``, except parents of unfinished
+        children (detection needs to see that every parent of a CREATED child is FINISHED)."""
+        sql = (
+            f"DELETE FROM {self.table} p WHERE p.State = 'FINISHED' "
+            "AND p.FinishedAt < TIMESTAMP_SUB(CURRENT_TIMESTAMP(), INTERVAL @age MICROSECOND) "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.table} c WHERE c.State != 'FINISHED' "
+            "AND p.PartitionToken IN UNNEST(c.ParentTokens))"
+        )
+        age = int(older_than / ONE_MICROSECOND)
+        return self.database.run_in_transaction(
+            lambda tx: tx.execute_update(sql, params={"age": age}, param_types={"age": param_types.INT64})
+        )
+
+    # ----------------------------------------------------------------------------- reads
+
+    def _query(self, where: str = "", params: dict | None = None, types: dict | None = None) -> list[PartitionMetadata]:
+        sql = f"SELECT {', '.join(COLUMNS)} FROM {self.table} p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
+        with self.database.snapshot() as snap:
+            return [PartitionMetadata.from_row(r) for r in snap.execute_sql(sql, params=params, param_types=types)]
+
+    def get(self, token: str) -> PartitionMetadata:
+        found = self._query("WHERE p.PartitionToken = @p", {"p": token}, {"p": param_types.STRING})
+        if not found:
+            raise PartitionNotFoundError(f"partition {token[:40]}… is not in metadata table {self.table}")
+        return found[0]
+
+    def all(self) -> list[PartitionMetadata]:
+        return self._query()
+
+    def in_states(self, states: Iterable[PartitionState]) -> list[PartitionMetadata]:
+        return self._query(
+            "WHERE p.State IN UNNEST(@s)",
+            {"s": [PartitionState(s).value for s in states]},
+            {"s": param_types.Array(param_types.STRING)},
+        )
+
+    def schedulable(self) -> list[PartitionMetadata]:
+        """CREATED partitions whose parents are all FINISHED (a merge child waits for every parent)."""
+        return self._query(
+            "WHERE p.State = 'CREATED' AND NOT EXISTS ("
+            f"SELECT 1 FROM UNNEST(p.ParentTokens) AS parent LEFT JOIN {self.table} q "
+            "ON q.PartitionToken = parent WHERE q.State IS NULL OR q.State != 'FINISHED')"
+        )
+
+    def low_watermark(self) -> datetime | None:
+        """Min watermark over unfinished partitions: every record <= it is landed, in every partition.
+
+        None when no partition is unfinished (the stream reached its end timestamp).
+        """
+        with self.database.snapshot() as snap:
+            rows = list(snap.execute_sql(f"SELECT MIN(Watermark) FROM {self.table} WHERE State != 'FINISHED'"))
+        return rows[0][0] if rows else None
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)

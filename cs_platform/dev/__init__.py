@@ -1,0 +1,1 @@
+"""The embedded default: emulator launcher, demo schema and workload, demo driver."""
