@@ -1,0 +1,138 @@
+"""The partition metadata table on the emulator: lifecycle, children, watermarks, detection."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError, PartitionNotFoundError
+from cs_platform.changestream.metadata import (
+    INITIAL_PARTITION_TOKEN,
+    ONE_MICROSECOND,
+    PartitionMetadataStore,
+    PartitionState,
+    utc_now,
+)
+from cs_platform.changestream.records import ChildPartition, ChildPartitionsRecord
+
+S = PartitionState
+
+
+@pytest.fixture
+def store(metadata_database):
+    return PartitionMetadataStore(metadata_database, "PartitionMetadata")
+
+
+def children(parent: str, start, *tokens_and_parents) -> ChildPartitionsRecord:
+    return ChildPartitionsRecord(
+        parent, start, "00000001", tuple(ChildPartition(t, tuple(ps)) for t, ps in tokens_and_parents)
+    )
+
+
+def test_initialize_once_and_restart_is_a_noop(store):
+    start = utc_now()
+    assert store.initialize(start, None, 1000) is True
+    (initial,) = store.all()
+    assert initial.token == INITIAL_PARTITION_TOKEN and initial.state is S.CREATED
+    assert initial.watermark == start - ONE_MICROSECOND and initial.created_at is not None
+    # A restart with the existing table neither fails nor re-initializes (Beam #32509).
+    assert store.initialize(start + timedelta(seconds=5), None, 1000) is False
+    assert store.all() == [initial]
+
+
+def test_initialize_rejects_bad_arguments(store):
+    with pytest.raises(InvalidArgumentError, match="heartbeat_millis"):
+        store.initialize(utc_now(), None, 50)
+    with pytest.raises(InvalidArgumentError, match="before start"):
+        store.initialize(utc_now(), utc_now() - timedelta(hours=1), 1000)
+
+
+def test_table_name_is_validated(metadata_database):
+    with pytest.raises(InvalidIdentifierError, match="metadata table name"):
+        PartitionMetadataStore(metadata_database, "Meta; DROP TABLE Accounts")
+
+
+def test_merge_child_reported_by_several_parents_is_inserted_once(store):
+    start = utc_now()
+    store.initialize(start, None, 1000)
+    t1 = start + timedelta(seconds=1)
+    store.add_children(children("initial", start, ("a", ["initial"]), ("b", ["initial"])), None, 1000)
+    merge = ("m", ["a", "b"])
+    inserted = []
+    threads = [
+        threading.Thread(target=lambda p=p: inserted.append(store.add_children(children(p, t1, merge), None, 1000)))
+        for p in ("a", "b", "a", "b")
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(inserted) == [0, 0, 0, 1]
+    m = store.get("m")
+    assert m.parent_tokens == ("a", "b") and m.start_timestamp == t1 and m.watermark == t1 - ONE_MICROSECOND
+
+
+def test_states_never_go_backwards_and_are_stamped(store):
+    store.initialize(utc_now(), None, 1000)
+    assert store.transition(["initial"], S.RUNNING) == 1
+    assert store.transition(["initial"], S.SCHEDULED) == 0  # backwards: refused
+    assert store.get("initial").state is S.RUNNING
+    store.record_progress("initial", utc_now(), finished=True)
+    assert store.transition(["initial"], S.RUNNING) == 0
+    p = store.get("initial")
+    assert p.state is S.FINISHED and p.running_at <= p.finished_at and p.scheduled_at is None
+
+
+def test_watermark_never_moves_backwards_under_racing_writers(store):
+    start = utc_now()
+    store.initialize(start, None, 1000)
+    marks = [start + timedelta(milliseconds=i) for i in range(1, 41)]
+    order = marks[::2] + marks[1::2][::-1]  # interleaved forwards and backwards
+    threads = [threading.Thread(target=store.record_progress, args=("initial", w, False)) for w in order]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.get("initial").watermark == max(marks)
+    store.record_progress("initial", start, False)
+    assert store.get("initial").watermark == max(marks)
+
+
+def test_progress_for_unknown_partition_is_named(store):
+    store.initialize(utc_now(), None, 1000)
+    with pytest.raises(PartitionNotFoundError, match="not in metadata table PartitionMetadata"):
+        store.record_progress("nope", utc_now(), False)
+
+
+def test_schedulable_waits_for_every_parent_and_low_watermark(store):
+    start = utc_now()
+    store.initialize(start, None, 1000)
+    assert [p.token for p in store.schedulable()] == ["initial"]
+    store.add_children(children("initial", start, ("a", ["initial"]), ("b", ["initial"])), None, 1000)
+    assert [p.token for p in store.schedulable()] == ["initial"]  # parent not finished yet
+    store.record_progress("initial", start, finished=True)
+    assert {p.token for p in store.schedulable()} == {"a", "b"}
+    store.transition(["a", "b"], S.SCHEDULED)
+    t1 = start + timedelta(seconds=2)
+    store.add_children(children("a", t1, ("m", ["a", "b"])), None, 1000)
+    store.record_progress("a", t1 - ONE_MICROSECOND, finished=True)
+    store.record_progress("b", start + timedelta(seconds=1), finished=False)
+    assert store.schedulable() == []  # merge child waits for b
+    assert store.low_watermark() == start + timedelta(seconds=1)  # b is the slowest unfinished
+    store.record_progress("b", t1 - ONE_MICROSECOND, finished=True)
+    assert [p.token for p in store.schedulable()] == ["m"]
+    assert store.low_watermark() == t1 - ONE_MICROSECOND
+    store.record_progress("m", t1 + timedelta(seconds=1), finished=True)
+    assert store.low_watermark() is None
+
+
+def test_cleanup_keeps_parents_of_unfinished_children(store):
+    start = utc_now()
+    store.initialize(start, None, 1000)
+    store.add_children(children("initial", start, ("a", ["initial"])), None, 1000)
+    store.record_progress("initial", start, finished=True)
+    assert store.delete_finished(timedelta(0)) == 0  # "a" still needs its parent
+    store.record_progress("a", start, finished=True)
+    assert store.delete_finished(timedelta(hours=1)) == 0  # too recent
+    assert store.delete_finished(timedelta(0)) == 2
+    assert store.all() == []

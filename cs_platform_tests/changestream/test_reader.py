@@ -1,0 +1,149 @@
+"""PartitionReader against the emulator: errors with clear messages, retries without loss, early ends."""
+
+from datetime import timedelta
+
+import pytest
+
+from cs_platform.changestream.connection import SpannerTarget
+from cs_platform.changestream.errors import (
+    DatabaseNotFoundError,
+    InvalidPartitionTokenError,
+    PartitionEndedWithoutChildrenError,
+    StartTimestampOutOfRangeError,
+    TerminalError,
+    TransientError,
+    UnknownChangeStreamError,
+)
+from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
+from cs_platform.changestream.query import ChangeStreamQuery
+from cs_platform.changestream.reader import PartitionReader, RetryPolicy
+from cs_platform.changestream.runner import LocalRunner
+from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl
+from cs_platform_tests.conftest import INSTANCE, PROJECT
+
+
+@pytest.fixture
+def bank(make_database):
+    return make_database(BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
+
+
+def make_reader(db, metadata_database, stream="BankStream", retry=RetryPolicy(initial_backoff_s=0.01), table="Meta"):
+    store = PartitionMetadataStore(metadata_database, table)
+    return PartitionReader(db, ChangeStreamQuery(stream, heartbeat_millis=500), store, retry), store
+
+
+def read_initial(reader, store, start, end=None):
+    store.initialize(start, end, 500)
+    return reader.read(store.get("initial"), timedelta(seconds=5))
+
+
+def test_unknown_stream_is_named(bank, metadata_database):
+    reader, store = make_reader(bank, metadata_database, stream="NoSuchStream")
+    with pytest.raises(UnknownChangeStreamError, match="'NoSuchStream' does not exist.*CREATE CHANGE STREAM"):
+        read_initial(reader, store, utc_now())
+
+
+def test_start_before_stream_creation_is_named(bank, metadata_database):
+    reader, store = make_reader(bank, metadata_database)
+    with pytest.raises(StartTimestampOutOfRangeError, match="outside what Spanner can serve.*retention"):
+        read_initial(reader, store, utc_now() - timedelta(days=2))
+
+
+def test_invalid_token_is_named(bank, metadata_database):
+    reader, store = make_reader(bank, metadata_database)
+    start = utc_now()
+    read_initial(reader, store, start)
+    bogus = store.get("initial")
+    bogus = type(bogus)(**{**bogus.__dict__, "token": "bm90LWEtcmVhbC10b2tlbg=="})
+    with pytest.raises(InvalidPartitionTokenError, match="rejected the token.*drop the metadata table"):
+        reader.read(bogus, timedelta(seconds=2))
+
+
+@pytest.mark.parametrize("instance_id, database_id, match", [("no-such-instance", "db", "instance 'no-such-instance'"), (INSTANCE, "no-such-db", "database 'no-such-db'")])
+def test_unknown_instance_or_database_is_named(emulator, instance, instance_id, database_id, match):
+    with pytest.raises(DatabaseNotFoundError, match=match):
+        SpannerTarget(PROJECT, instance_id, database_id, emulator.host).connect()
+
+
+def test_transient_failure_mid_stream_resumes_from_safe_watermark_without_loss(bank, metadata_database):
+    """Kill the stream with UNAVAILABLE after some records: the retry resumes after the watermark,
+    the batch has every record exactly once."""
+    start = utc_now()
+    workload = BankWorkload(bank)
+    workload.run(accounts=10, transfers=60)
+    end = max(t.commit_timestamp for t in workload.committed) + timedelta(milliseconds=1)
+
+    clean, clean_store = make_reader(bank, metadata_database)
+    clean_records = collect(clean, clean_store, start, end)
+
+    flaky, flaky_store = make_reader(bank, metadata_database, table="MetaFlaky")
+    original = flaky._records
+    failures = {"left": 3}
+
+    def failing_records(partition, s, e):
+        for i, record in enumerate(original(partition, s, e)):
+            if failures["left"] and i == 25:
+                failures["left"] -= 1
+                raise TransientError("injected UNAVAILABLE")
+            yield record
+
+    flaky._records = failing_records
+    flaky_records = collect(flaky, flaky_store, start, end)
+    assert failures["left"] == 0
+    assert sorted(flaky_records) == sorted(clean_records)
+    assert len(set(flaky_records)) == len(flaky_records) == sum(len(t.mods) for t in workload.committed)
+
+
+def collect(reader, store, start, end):
+    ids = []
+    LocalRunner(reader, lambda b: ids.extend(i for r in b.records for i in r.change_ids()), timedelta(seconds=5)).run(
+        start, end, 500, stop_after_s=120
+    )
+    assert {p.state for p in store.all()} == {PartitionState.FINISHED}
+    return ids
+
+
+def test_retries_are_bounded(bank, metadata_database):
+    reader, store = make_reader(bank, metadata_database, retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.01))
+
+    def always_failing(partition, s, e):
+        raise TransientError("injected UNAVAILABLE")
+        yield  # pragma: no cover
+
+    reader._records = always_failing
+    with pytest.raises(TransientError, match="injected"):
+        read_initial(reader, store, utc_now())
+
+
+def test_query_ending_early_without_children_is_an_error_not_finished(bank, metadata_database):
+    """Debezium lost partitions by treating such an end as FINISHED."""
+    reader, store = make_reader(bank, metadata_database)
+    store.initialize(utc_now(), None, 500)
+
+    def truncated(partition, s, e):
+        return iter(())
+
+    reader._records = truncated
+    with pytest.raises(PartitionEndedWithoutChildrenError, match="without reporting child partitions") as e:
+        reader.read(store.get("initial"), timedelta(seconds=30))
+    assert isinstance(e.value, TerminalError)
+    assert store.get("initial").state is PartitionState.CREATED
+
+
+def test_soft_timeout_ends_on_exact_watermark_and_resumes(bank, metadata_database):
+    reader, store = make_reader(bank, metadata_database)
+    start = utc_now()
+    batch = read_initial(reader, store, start)
+    assert batch.finished and len(batch.children) >= 2
+    store.record_progress("initial", batch.watermark, True)
+    child = store.schedulable()[0]
+    before = utc_now()
+    first = reader.read(child, timedelta(seconds=1))
+    assert not first.finished or first.children
+    if not first.finished:
+        assert first.watermark >= before + timedelta(seconds=1) - timedelta(milliseconds=200)
+        store.record_progress(child.token, first.watermark, False)
+        resumed = store.get(child.token)
+        assert resumed.watermark == first.watermark
+        second = reader.read(resumed, timedelta(seconds=1))
+        assert second.query_start == first.watermark + timedelta(microseconds=1)
