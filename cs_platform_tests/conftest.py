@@ -46,7 +46,7 @@ def instance(spanner_client) -> Instance:
     return create_instance(spanner_client, INSTANCE)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def make_database(instance) -> Callable[..., Database]:
     """Create a fresh database (GoogleSQL or PostgreSQL) with the given DDL; unique name per call."""
 
