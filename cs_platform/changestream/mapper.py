@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from types import MappingProxyType
 from typing import Any, Iterable, Mapping, Sequence
 
 from cs_platform.changestream.errors import MalformedRecordError
@@ -66,6 +67,9 @@ _RECORD_FIELDS = {
     HEARTBEAT_RECORD: HEARTBEAT_FIELDS,
     CHILD_PARTITIONS_RECORD: CHILD_PARTITIONS_FIELDS,
 }
+
+# Shared by every mod without old (or new) values: read-only, so sharing is safe.
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 _warned_extra_fields: set[tuple[str, str]] = set()
 
@@ -190,12 +194,14 @@ class GoogleSqlRowMapper:
             )
             for c in (x.list_value.values for x in v[p["column_types"]].list_value.values)
         )
+        keys_at, new_at, old_at = mod["keys"], mod["new_values"], mod["old_values"]
+
+        def obj(value) -> Mapping[str, Any]:
+            text = value.string_value
+            return _EMPTY if text in ("", "{}") else loads(text)
+
         mods = tuple(
-            Mod(
-                loads(m[mod["keys"]].string_value or "{}"),
-                loads(m[mod["new_values"]].string_value or "{}"),
-                loads(m[mod["old_values"]].string_value or "{}"),
-            )
+            Mod(obj(m[keys_at]), obj(m[new_at]), obj(m[old_at]))
             for m in (x.list_value.values for x in v[p["mods"]].list_value.values)
         )
         return DataChangeRecord(
