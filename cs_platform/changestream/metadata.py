@@ -240,18 +240,20 @@ class PartitionMetadataStore:
         tokens = list(tokens)
         if not tokens:
             return 0
-        sources, stamp = _TRANSITIONS[PartitionState(to)]
-        sql = (
+        return self.database.run_in_transaction(lambda tx: self._transition(tx, tokens, PartitionState(to)))
+
+    def _transition(self, transaction, tokens: list[str], to: PartitionState) -> int:
+        sources, stamp = _TRANSITIONS[to]
+        return transaction.execute_update(
             f"UPDATE {self.table} SET State = @to, {stamp} = PENDING_COMMIT_TIMESTAMP() "
-            "WHERE PartitionToken IN UNNEST(@tokens) AND State IN UNNEST(@sources)"
+            "WHERE PartitionToken IN UNNEST(@tokens) AND State IN UNNEST(@sources)",
+            params={"to": to.value, "tokens": tokens, "sources": [s.value for s in sources]},
+            param_types={
+                "to": param_types.STRING,
+                "tokens": param_types.Array(param_types.STRING),
+                "sources": param_types.Array(param_types.STRING),
+            },
         )
-        params = {"to": to.value, "tokens": tokens, "sources": [s.value for s in sources]}
-        types = {
-            "to": param_types.STRING,
-            "tokens": param_types.Array(param_types.STRING),
-            "sources": param_types.Array(param_types.STRING),
-        }
-        return self.database.run_in_transaction(lambda tx: tx.execute_update(sql, params, types))
 
     def record_progress(self, token: str, watermark: datetime, finished: bool) -> None:
         """Persist a partition's watermark (never backwards) and, if done, FINISHED, atomically.
@@ -270,13 +272,7 @@ class PartitionMetadataStore:
                     f"partition {token[:40]}… is not in metadata table {self.table}; was the table dropped?"
                 )
             if finished:
-                sources, stamp = _TRANSITIONS[PartitionState.FINISHED]
-                tx.execute_update(
-                    f"UPDATE {self.table} SET State = 'FINISHED', {stamp} = PENDING_COMMIT_TIMESTAMP() "
-                    "WHERE PartitionToken = @p AND State IN UNNEST(@sources)",
-                    params={"p": token, "sources": [s.value for s in sources]},
-                    param_types={"p": param_types.STRING, "sources": param_types.Array(param_types.STRING)},
-                )
+                self._transition(tx, [token], PartitionState.FINISHED)
 
         self.database.run_in_transaction(work)
 

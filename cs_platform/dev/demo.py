@@ -12,7 +12,6 @@ import argparse
 import json
 import logging
 import threading
-import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -49,7 +48,7 @@ def main() -> None:
         start = utc_now()
         end = start + timedelta(seconds=args.seconds)
         workload = BankWorkload(bank)
-        writer = threading.Thread(target=_write_until, args=(workload, end - timedelta(seconds=3)), name="writer")
+        writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=3), 40), kwargs={"accounts": 10}, name="writer")
         records: list[DataChangeRecord] = []
 
         def land(batch: PartitionBatch) -> None:
@@ -77,15 +76,6 @@ def main() -> None:
     if seen != committed:
         raise SystemExit(f"MISMATCH: missing {committed - seen}, unexpected {seen - committed}")
     print("every committed mod was read exactly once: stream == source")
-
-
-def _write_until(workload: BankWorkload, stop_at) -> None:
-    for _ in range(10):
-        workload.create_account()
-    while workload.committed[-1].commit_timestamp < stop_at:
-        workload.transfer()
-        time.sleep(0.02)  # leave the emulator's churn thread room (it starves under unpaced writes)
-    log.info("writer done: %d transactions", len(workload.committed))
 
 
 def _print_changes(records: list[DataChangeRecord], show: int) -> None:

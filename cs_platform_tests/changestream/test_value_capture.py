@@ -3,7 +3,6 @@ from a real commit through the stream. Emulator bugs (EMULATOR.md) are asserted 
 Spanner encoding of the same values is checked on recorded values in test_values.py."""
 
 import base64
-import json
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
