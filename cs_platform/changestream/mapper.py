@@ -71,6 +71,14 @@ _RECORD_FIELDS = {
 # Shared by every mod without old (or new) values: read-only, so sharing is safe.
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
+
+
+def _json_object(value) -> Mapping[str, Any]:
+    """A JSON-typed protobuf value holding an object; empty ones share ``_EMPTY``."""
+    text = value.string_value
+    return _EMPTY if text in ("", "{}") else json.loads(text)
+
+
 _warned_extra_fields: set[tuple[str, str]] = set()
 
 
@@ -184,7 +192,6 @@ class GoogleSqlRowMapper:
     def _data_change(self, v) -> DataChangeRecord:
         p = self._dcr
         col, mod, types = self._col, self._mod, self._types
-        loads = json.loads
         column_types = tuple(
             ColumnType(
                 c[col["name"]].string_value,
@@ -196,12 +203,8 @@ class GoogleSqlRowMapper:
         )
         keys_at, new_at, old_at = mod["keys"], mod["new_values"], mod["old_values"]
 
-        def obj(value) -> Mapping[str, Any]:
-            text = value.string_value
-            return _EMPTY if text in ("", "{}") else loads(text)
-
         mods = tuple(
-            Mod(obj(m[keys_at]), obj(m[new_at]), obj(m[old_at]))
+            Mod(_json_object(m[keys_at]), _json_object(m[new_at]), _json_object(m[old_at]))
             for m in (x.list_value.values for x in v[p["mods"]].list_value.values)
         )
         return DataChangeRecord(
