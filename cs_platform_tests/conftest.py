@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
@@ -17,9 +19,12 @@ from google.cloud import spanner
 from google.cloud.spanner_v1.database import Database
 from google.cloud.spanner_v1.instance import Instance
 
+from dagster import instance_for_test
+
 from cs_platform.changestream.connection import SpannerTarget
+from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState
 from cs_platform.dev.emulator import SpannerEmulator
-from cs_platform.dev.workload import create_database, create_instance
+from cs_platform.dev.workload import BANK_TABLES_DDL, bank_stream_ddl, create_database, create_instance
 
 PROJECT = "cs-platform-test"
 INSTANCE = "test-instance"
@@ -65,3 +70,57 @@ def metadata_database(make_database) -> Database:
 @pytest.fixture(autouse=True)
 def _quiet_grpc_logs():
     logging.getLogger("google").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+@pytest.fixture
+def dagster_instance():
+    """A real Dagster instance (sqlite in a temp dir; DAGSTER_HOME points at it for subprocesses)."""
+    with instance_for_test() as instance:
+        yield instance
+
+
+@pytest.fixture
+def bank_stream(make_database, metadata_database, emulator, tmp_path, monkeypatch) -> "BankStreamSetup":
+    """A bank database with stream BankStream, and the environment ``cs_platform.definitions`` reads,
+    pointing at it; call ``configure`` to set the time window and timing knobs."""
+    bank = make_database(BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
+    setup = BankStreamSetup(bank, metadata_database, tmp_path / "landing", monkeypatch)
+    monkeypatch.setenv("CS_PLATFORM_SPANNER_PROJECT", PROJECT)
+    monkeypatch.setenv("CS_PLATFORM_SPANNER_INSTANCE", INSTANCE)
+    monkeypatch.setenv("CS_PLATFORM_SPANNER_DATABASE", bank.database_id)
+    monkeypatch.setenv("CS_PLATFORM_METADATA_DATABASE", metadata_database.database_id)
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", emulator.host)
+    monkeypatch.setenv("CS_PLATFORM_LANDING_ROOT", str(setup.landing_root))
+    monkeypatch.setenv("CS_PLATFORM_CHANGE_STREAMS", "BankStream")
+    return setup
+
+
+@dataclass
+class BankStreamSetup:
+    bank: Database
+    metadata: Database
+    landing_root: Path
+    monkeypatch: pytest.MonkeyPatch
+
+    @property
+    def store(self) -> PartitionMetadataStore:
+        return PartitionMetadataStore(self.metadata, "BankStreamMetadata")
+
+    def configure(
+        self, start: datetime, end: datetime, soft_timeout_s: float = 2, stale_run_s: float = 20, heartbeat_ms: int = 500
+    ) -> None:
+        for name, value in {
+            "CS_PLATFORM_START_TIMESTAMP": start.isoformat(),
+            "CS_PLATFORM_END_TIMESTAMP": end.isoformat(),
+            "CS_PLATFORM_SOFT_TIMEOUT_SECONDS": str(soft_timeout_s),
+            "CS_PLATFORM_STALE_RUN_SECONDS": str(stale_run_s),
+            "CS_PLATFORM_HEARTBEAT_MILLIS": str(heartbeat_ms),
+            "CS_PLATFORM_MAX_PARALLEL_READS": "4",
+        }.items():
+            self.monkeypatch.setenv(name, value)
+
+    def finished(self) -> bool:
+        """Every partition FINISHED (the stream reached its end timestamp)."""
+        rows = self.store.all()
+        return bool(rows) and all(r.state is PartitionState.FINISHED for r in rows)

@@ -76,4 +76,7 @@ class SpannerTarget:
 
 
 def database_dialect(database: Database) -> Dialect:
-    return Dialect(database.database_dialect.name)
+    """The database's SQL dialect (call after ``connect``, which loads it). Databases created
+    without a dialect (the emulator reports DATABASE_DIALECT_UNSPECIFIED) are GoogleSQL."""
+    name = database.database_dialect.name
+    return Dialect.GOOGLE_STANDARD_SQL if name == "DATABASE_DIALECT_UNSPECIFIED" else Dialect(name)

@@ -19,7 +19,9 @@ landed. A new partition starts at ``StartTimestamp - 1µs``: nothing landed yet.
 from __future__ import annotations
 
 import enum
+import hashlib
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Sequence
@@ -58,6 +60,7 @@ _TRANSITIONS = {
 
 COLUMNS = (
     "PartitionToken",
+    "PartitionKey",
     "ParentTokens",
     "StartTimestamp",
     "EndTimestamp",
@@ -69,6 +72,20 @@ COLUMNS = (
     "RunningAt",
     "FinishedAt",
 )
+
+
+def partition_key(token: str, start: datetime) -> str:
+    """A short, stable name for a partition that is safe wherever tokens are not.
+
+    Tokens are ~200 characters of base64 (``/ + =``); orchestrators, URLs and paths want short
+    ``[0-9A-Za-z-]`` names, and commas or brackets break range syntax. The key is the partition's
+    start second plus a hash of the token, so keys sort roughly by time and stay unique; the
+    metadata table stores it next to the token for the reverse lookup.
+    """
+    if token == INITIAL_PARTITION_TOKEN:
+        return INITIAL_PARTITION_TOKEN
+    digest = hashlib.sha256(token.encode()).hexdigest()[:12]
+    return f"{start.astimezone(timezone.utc):%Y%m%dT%H%M%S}Z-{digest}"
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,10 @@ class PartitionMetadata:
     scheduled_at: datetime | None = None
     running_at: datetime | None = None
     finished_at: datetime | None = None
+
+    @property
+    def key(self) -> str:
+        return partition_key(self.token, self.start_timestamp)
 
     @property
     def is_initial(self) -> bool:
@@ -126,6 +147,7 @@ class PartitionMetadataStore:
         return [
             f"""CREATE TABLE {t} (
                 PartitionToken STRING(MAX) NOT NULL,
+                PartitionKey STRING(64) NOT NULL,
                 ParentTokens ARRAY<STRING(MAX)> NOT NULL,
                 StartTimestamp TIMESTAMP NOT NULL,
                 EndTimestamp TIMESTAMP,
@@ -138,6 +160,7 @@ class PartitionMetadataStore:
                 FinishedAt TIMESTAMP OPTIONS (allow_commit_timestamp=true)
             ) PRIMARY KEY (PartitionToken)""",
             f"CREATE INDEX {t}ByState ON {t}(State)",
+            f"CREATE UNIQUE INDEX {t}ByKey ON {t}(PartitionKey)",
         ]
 
     def table_exists(self) -> bool:
@@ -218,10 +241,11 @@ class PartitionMetadataStore:
         if new:
             transaction.insert(
                 self.table,
-                COLUMNS[:8],
+                COLUMNS[:9],
                 [
                     [
                         p.token,
+                        p.key,
                         list(p.parent_tokens),
                         p.start_timestamp,
                         p.end_timestamp,
@@ -306,6 +330,15 @@ class PartitionMetadataStore:
             raise PartitionNotFoundError(f"partition {token[:40]}… is not in metadata table {self.table}")
         return found[0]
 
+    def get_by_key(self, key: str) -> PartitionMetadata:
+        found = self._query("WHERE p.PartitionKey = @k", {"k": key}, {"k": param_types.STRING})
+        if not found:
+            raise PartitionNotFoundError(
+                f"no partition with key {key!r} in metadata table {self.table}: keys come from this table "
+                "(the sensor adds them); was the table dropped or is the run configured for another stream?"
+            )
+        return found[0]
+
     def all(self) -> list[PartitionMetadata]:
         return self._query()
 
@@ -332,6 +365,24 @@ class PartitionMetadataStore:
         with self.database.snapshot() as snap:
             rows = list(snap.execute_sql(f"SELECT MIN(Watermark) FROM {self.table} WHERE State != 'FINISHED'"))
         return rows[0][0] if rows else None
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """How partitions descended from each other: what a reader crossed."""
+
+    partitions: int
+    splits: int  # parents with two or more children
+    merges: int  # children with two or more parents
+
+
+def lineage(partitions: Sequence[PartitionMetadata]) -> Lineage:
+    children_per_parent = Counter(t for p in partitions for t in p.parent_tokens if t != INITIAL_PARTITION_TOKEN)
+    return Lineage(
+        partitions=len(partitions),
+        splits=sum(1 for n in children_per_parent.values() if n >= 2),
+        merges=sum(1 for p in partitions if len(p.parent_tokens) >= 2),
+    )
 
 
 def utc_now() -> datetime:

@@ -86,6 +86,8 @@ class PartitionBatch:
     finished: bool
     heartbeats: int = 0
     retries: int = 0
+    read_started_at: datetime | None = None  # wall clock when the first query was sent
+    first_response_s: float | None = None  # seconds from then to the first record of any kind
 
     @property
     def mod_count(self) -> int:
@@ -105,6 +107,7 @@ class _Progress:
     children: dict[str, ChildPartition] = field(default_factory=dict)
     child_start: datetime | None = None
     heartbeats: int = 0
+    first_response_s: float | None = None
 
     def drop_unsafe_records(self) -> None:
         """Before a retry, drop records past the watermark: the retry returns them again."""
@@ -166,18 +169,34 @@ class PartitionReader:
 
     def read(self, partition: PartitionMetadata, soft_timeout: timedelta) -> PartitionBatch:
         """Read ``partition`` from just after its watermark for at most ``soft_timeout``."""
-        token = partition.token
         query_start = max(partition.start_timestamp, partition.watermark + ONE_MICROSECOND)
         query_end = utc_now() + soft_timeout
         if partition.end_timestamp is not None:
             query_end = min(query_end, partition.end_timestamp)
-        query_end = max(query_end, query_start)
-        progress = _Progress(watermark=partition.watermark)
+        return self._read(partition, query_start, max(query_end, query_start), partition.watermark)
+
+    def replay(self, partition: PartitionMetadata) -> PartitionBatch:
+        """Re-read what the partition has already landed: [start, watermark] (a backfill).
+
+        The batch's ``finished`` and watermark say nothing new about the partition; callers land it
+        (duplicates are removed downstream by change identity) and leave the metadata row alone.
+        """
+        end = max(partition.watermark, partition.start_timestamp)
+        return self._read(partition, partition.start_timestamp, end, partition.start_timestamp - ONE_MICROSECOND)
+
+    def _read(
+        self, partition: PartitionMetadata, query_start: datetime, query_end: datetime, watermark: datetime
+    ) -> PartitionBatch:
+        token = partition.token
+        progress = _Progress(watermark=watermark)
+        read_started_at, began = utc_now(), time.monotonic()
         attempt = 0
         while True:
             start = max(query_start, progress.watermark + ONE_MICROSECOND)
             try:
                 for record in self._records(partition, start, query_end):
+                    if progress.first_response_s is None:
+                        progress.first_response_s = time.monotonic() - began
                     self._apply(partition, record, progress)
                 break
             except TransientError as e:
@@ -200,6 +219,8 @@ class PartitionReader:
             finished=finished,
             heartbeats=progress.heartbeats,
             retries=attempt,
+            read_started_at=read_started_at,
+            first_response_s=progress.first_response_s,
         )
         log.info(
             "[%s] read %d records (%d mods), %d heartbeats, %d children; watermark %s%s",

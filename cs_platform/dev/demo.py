@@ -1,96 +1,118 @@
-"""`make demo`: the reader core end to end on the embedded default.
+"""`make demo`: the product end to end on the embedded default.
 
-Starts a private emulator (fast partition churn), creates the bank database and a change stream,
-commits multi-table transactions while reading the stream partition by partition (initial query,
-children, splits and merges), then prints the changes in commit order and checks them against the
-writer's own commit log.
+Starts a private emulator (fast partition churn) with the bank database and a change stream, and a
+real Dagster instance in ``.demo/dagster_home``. While a paced writer commits transfers, the real
+sensor is evaluated every half second and the runs it requests execute in worker processes: one
+run per partition token, each reading until its soft timeout, landing Parquet under
+``.demo/landing`` and then persisting the watermark. At the end it checks the landed changes
+against the writer's own commit log. Afterwards ``DAGSTER_HOME=.demo/dagster_home dagster dev``
+shows the runs and partitions.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import threading
+import time
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
 
-from cs_platform.changestream.connection import SpannerTarget
-from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
-from cs_platform.changestream.query import ChangeStreamQuery
-from cs_platform.changestream.reader import PartitionBatch, PartitionReader
-from cs_platform.changestream.records import DataChangeRecord
-from cs_platform.changestream.runner import LocalRunner
-from cs_platform.dev.emulator import SpannerEmulator
-from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
+from dagster import DagsterInstance
+
+from cs_platform.changestream.metadata import PartitionMetadataStore, lineage, utc_now
+from cs_platform.definitions import build_definitions
+from cs_platform.dev.embedded import STREAM, embedded_bank
+from cs_platform.dev.sensor_loop import SensorLoop
+from cs_platform.dev.workload import BankWorkload
+from cs_platform.landing.store import LandingStore
 
 log = logging.getLogger("cs_platform.demo")
-DEMO_DIR = Path(".demo")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=int, default=20, help="length of the read window")
-    parser.add_argument("--show", type=int, default=12, help="how many transactions to print in full")
+    parser.add_argument("--seconds", type=int, default=30, help="length of the read window")
+    parser.add_argument("--writes-per-second", type=float, default=40)
+    parser.add_argument("--workdir", type=Path, default=Path(".demo"))
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("google").setLevel(logging.WARNING)
-    DEMO_DIR.mkdir(exist_ok=True)
+    for noisy in ("google", "alembic", "cs_platform.changestream.reader"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    with SpannerEmulator(partition_alive_seconds=3, log_path=DEMO_DIR / "emulator.log") as emulator:
-        client = SpannerTarget("demo-project", "demo-instance", "bank", emulator.host).client()
-        instance = create_instance(client, "demo-instance")
-        bank = create_database(instance, "bank", BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
-        store = PartitionMetadataStore(create_database(instance, "metadata", []), "BankStreamMetadata")
-        reader = PartitionReader(bank, ChangeStreamQuery("BankStream", heartbeat_millis=500), store)
-
+    with embedded_bank(args.workdir) as bank:
         start = utc_now()
         end = start + timedelta(seconds=args.seconds)
-        workload = BankWorkload(bank)
-        writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=3), 40), kwargs={"accounts": 10}, name="writer")
-        records: list[DataChangeRecord] = []
+        import os
 
-        def land(batch: PartitionBatch) -> None:
-            records.extend(batch.records)
-
-        log.info("reading stream BankStream from %s to %s while the writer commits transfers", start, end)
+        os.environ.update(
+            CS_PLATFORM_START_TIMESTAMP=start.isoformat(),
+            CS_PLATFORM_END_TIMESTAMP=end.isoformat(),
+            CS_PLATFORM_SOFT_TIMEOUT_SECONDS="3",
+            CS_PLATFORM_HEARTBEAT_MILLIS="500",
+        )
+        store = PartitionMetadataStore(bank.metadata, f"{STREAM}Metadata")
+        workload = BankWorkload(bank.bank)
+        writer = threading.Thread(
+            target=workload.run_until, args=(end - timedelta(seconds=3), args.writes_per_second), daemon=True
+        )
+        print(f"reading {STREAM} from {start:%H:%M:%S} to {end:%H:%M:%S} while the writer commits transfers")
         writer.start()
-        summary = LocalRunner(reader, land, soft_timeout=timedelta(seconds=2)).run(start, end, 500)
+        with DagsterInstance.get() as instance, SensorLoop(build_definitions, instance, "bank_stream_partition_sensor") as loop:
+            progress = Progress(store, loop, workload)
+            loop.run_until(progress.finished, timeout_s=args.seconds + 300)
         writer.join()
-        partitions = store.all()
+        report(store, loop, workload, LandingStore(str(bank.landing_root)), end)
 
-    records.sort(key=lambda r: (r.commit_timestamp, r.server_transaction_id, r.record_sequence))
-    _print_changes(records, args.show)
-    seen = Counter((r.table_name, tuple(sorted(m.keys.items())), r.mod_type.value) for r in records for m in r.mods)
-    committed = Counter(
-        (m.table, tuple(sorted(json.loads(m.keys).items())), m.mod_type) for t in workload.committed for m in t.mods
+
+class Progress:
+    """Prints a status line every few seconds while the loop runs; tells it when the stream is done."""
+
+    def __init__(self, store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorkload) -> None:
+        self.store, self.loop, self.workload = store, loop, workload
+        self.last = 0.0
+
+    def finished(self) -> bool:
+        partitions = self.store.all()
+        if time.monotonic() - self.last > 3:
+            self.last = time.monotonic()
+            states = Counter(p.state.value for p in partitions)
+            low = self.store.low_watermark()
+            lag = f"{(utc_now() - low).total_seconds():.1f}s" if low else "-"
+            print(
+                f"  {len(self.workload.committed):>5} committed | partitions {dict(sorted(states.items()))} | "
+                f"runs {self.loop.stats.launched} launched, {self.loop.stats.succeeded} ok, "
+                f"{self.loop.stats.failed} failed | low watermark lag {lag}"
+            )
+        return bool(partitions) and all(p.state.value == "FINISHED" for p in partitions)
+
+
+def report(store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorkload, landing: LandingStore, end) -> None:
+    rows = landing.read(STREAM).to_pylist()
+    identities = {(r["server_transaction_id"], r["record_sequence"], r["mod_index"]) for r in rows}
+    seen = Counter(
+        (r["table_name"], r["keys"], r["mod_type"])
+        for r in {(r["server_transaction_id"], r["record_sequence"], r["mod_index"]): r for r in rows}.values()
     )
-    merges = sum(1 for p in partitions if len(p.parent_tokens) >= 2)
-    parents = Counter(t for p in partitions for t in p.parent_tokens if t != "initial")
+    import json
+
+    expected = Counter(
+        (m.table, json.dumps(json.loads(m.keys), separators=(",", ":")), m.mod_type)
+        for t in workload.committed
+        if t.commit_timestamp <= end
+        for m in t.mods
+    )
+    crossed = lineage(store.all())
     print(
-        f"\n{len(workload.committed)} transactions committed, {summary.records} records / {summary.mods} mods read "
-        f"in {summary.reads} partition reads over {len(partitions)} partitions "
-        f"({sum(1 for n in parents.values() if n >= 2)} splits, {merges} merges)"
+        f"\n{sum(1 for t in workload.committed if t.commit_timestamp <= end)} transactions committed in the window; "
+        f"{len(identities)} mods landed in {len(landing.files(STREAM))} files ({len(rows) - len(identities)} duplicates); "
+        f"{crossed.partitions} partitions ({crossed.splits} splits, {crossed.merges} merges); "
+        f"{loop.stats.launched} runs launched by {loop.stats.ticks} sensor ticks, {loop.stats.failed} failed"
     )
-    if seen != committed:
-        raise SystemExit(f"MISMATCH: missing {committed - seen}, unexpected {seen - committed}")
-    print("every committed mod was read exactly once: stream == source")
-
-
-def _print_changes(records: list[DataChangeRecord], show: int) -> None:
-    print("\nchanges in commit order (first transactions):")
-    shown, current = 0, None
-    for r in records:
-        if r.server_transaction_id != current:
-            shown += 1
-            if shown > show:
-                break
-            current = r.server_transaction_id
-            print(f"{r.commit_timestamp.isoformat()} txn {r.server_transaction_id} ({r.number_of_records_in_transaction} records)")
-        for m in r.typed_mods():
-            values = {k: str(v) for k, v in (m.new_values or m.old_values).items()}
-            print(f"    {r.mod_type.value:<6} {r.table_name}{dict(m.keys)} {values}")
+    if seen != expected:
+        raise SystemExit(f"MISMATCH: missing {expected - seen}, unexpected {seen - expected}")
+    print("every committed mod landed: landing == source")
 
 
 if __name__ == "__main__":

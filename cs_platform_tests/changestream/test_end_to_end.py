@@ -6,7 +6,7 @@ import threading
 from collections import Counter, defaultdict
 from datetime import timedelta
 
-from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
+from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, lineage, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.runner import LocalRunner
@@ -14,14 +14,6 @@ from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_
 
 WINDOW_SECONDS = 50
 WRITES_PER_SECOND = 50  # faster writers starve the emulator's churn (README)
-
-def lineage(store: PartitionMetadataStore):
-    """(splits, merges) seen in the metadata table: a parent with >= 2 children, a child with >= 2 parents."""
-    rows = store.all()
-    children_of = Counter(p for r in rows for p in r.parent_tokens if p != "initial")
-    splits = sum(1 for n in children_of.values() if n >= 2)
-    merges = sum(1 for r in rows if len(r.parent_tokens) >= 2)
-    return splits, merges, rows
 
 
 class ChangeLog:
@@ -71,9 +63,10 @@ def test_no_loss_through_splits_and_merges_with_concurrent_writer(make_database,
     assert len(changelog.records_per_txn) == transactions
     assert all(len(seqs) == changelog.expected_records[t] for t, seqs in changelog.records_per_txn.items())
 
-    splits, merges, rows = lineage(store)
-    print(f"{transactions} transactions, {splits} splits, {merges} merges, {len(rows)} partitions")
-    assert splits >= 2 and merges >= 2, f"only {splits} splits / {merges} merges: churn flag not effective?"
+    rows = store.all()
+    crossed = lineage(rows)
+    print(f"{transactions} transactions, {crossed}")
+    assert crossed.splits >= 2 and crossed.merges >= 2, f"{crossed}: churn flag not effective?"
     assert {r.state for r in rows} == {PartitionState.FINISHED}
     by_token = {r.token: r for r in rows}
     for r in rows:

@@ -1,0 +1,183 @@
+"""One change stream as Dagster definitions: partitions, the per-token asset, its job and sensor.
+
+A factory, so several streams are configured without copy-paste: each gets its own dynamic
+partitions (one key per partition token), asset, job, sensor and resource key.
+"""
+
+
+import re
+import time
+from dataclasses import dataclass
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    DefaultSensorStatus,
+    Definitions,
+    DynamicPartitionsDefinition,
+    MaterializeResult,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    asset,
+    define_asset_job,
+    sensor,
+)
+
+from cs_platform.changestream.metadata import PartitionState, utc_now
+from cs_platform.changestream.query import validate_identifier
+from cs_platform.defs.launches import LaunchPlanner, SensorCursor
+from cs_platform.defs.reading import read_and_land
+from cs_platform.defs.resources import ChangeStreamResource
+from cs_platform.defs.runs import live_runs_by_partition, run_age_seconds
+
+STREAM_TAG = "cs_platform/stream"
+READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
+
+
+@dataclass(frozen=True)
+class ChangeStreamNames:
+    """Every Dagster name derived from one stream name."""
+
+    stream: str
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", validate_identifier(self.stream, "change stream name")).lower()
+
+    @property
+    def resource_key(self) -> str:
+        return f"{self.slug}_change_stream"
+
+    @property
+    def partitions(self) -> str:
+        return f"{self.slug}_partitions"
+
+    @property
+    def asset_key(self) -> AssetKey:
+        return AssetKey([self.slug, "landed_changes"])
+
+    @property
+    def job(self) -> str:
+        return f"{self.slug}_read_partition"
+
+    @property
+    def sensor(self) -> str:
+        return f"{self.slug}_partition_sensor"
+
+
+def change_stream_definitions(
+    stream: str,
+    resource: ChangeStreamResource,
+    sensor_interval_seconds: int = 30,
+    sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+) -> Definitions:
+    names = ChangeStreamNames(stream)
+    partitions = DynamicPartitionsDefinition(name=names.partitions)
+
+    @asset(
+        key=names.asset_key,
+        partitions_def=partitions,
+        group_name=names.slug,
+        required_resource_keys={names.resource_key, "landing"},
+        kinds={"spanner", "parquet"},
+        description=(
+            f"Change records of stream {stream}, one dynamic partition per partition token, landed as "
+            "Parquet. Materializing a running partition reads on from its watermark until the soft "
+            "timeout; a FINISHED one is replayed (idempotent)."
+        ),
+    )
+    def landed_changes(context: AssetExecutionContext) -> MaterializeResult:
+        change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
+        return read_and_land(context, names.job, change_stream, context.resources.landing.store())
+
+    job = define_asset_job(
+        names.job,
+        selection=[names.asset_key],
+        tags={STREAM_TAG: stream, READER_TAG: stream},
+        description=f"Read one partition of change stream {stream} until its soft timeout, land it, persist its watermark.",
+    )
+
+    @sensor(
+        name=names.sensor,
+        job=job,
+        minimum_interval_seconds=sensor_interval_seconds,
+        required_resource_keys={names.resource_key},
+        default_status=sensor_status,
+        description=(
+            f"Detects new partitions of {stream} in the metadata table and launches one run per partition "
+            "token; re-launches partitions whose run ended (soft timeout) or died, from their watermark."
+        ),
+    )
+    def partition_sensor(context: SensorEvaluationContext):
+        change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
+        return detect_partitions(context, names, change_stream)
+
+    return Definitions(assets=[landed_changes], jobs=[job], sensors=[partition_sensor])
+
+
+def detect_partitions(
+    context: SensorEvaluationContext, names: ChangeStreamNames, change_stream: ChangeStreamResource
+) -> SensorResult | SkipReason:
+    store = change_stream.metadata_store()
+    cursor = SensorCursor.load(context.cursor)
+    if not cursor.initialized:
+        start = change_stream.start() or utc_now()
+        if store.initialize(start, change_stream.end(), change_stream.heartbeat_millis):
+            context.log.info(f"initialized {store.table} for stream {names.stream} from {start.isoformat()}")
+
+    now = time.time()
+    live = live_runs_by_partition(context.instance, names.job, names.asset_key)
+    for key, records in list(live.items()):
+        alive = []
+        for record in records:
+            age = run_age_seconds(record, now)
+            if age is not None and age > change_stream.stale_run_seconds:
+                context.instance.report_run_failed(
+                    record.dagster_run,
+                    f"presumed dead by {names.sensor}: unfinished {age:.0f}s after start, longer than "
+                    f"stale_run_seconds={change_stream.stale_run_seconds:g}; partition {key} will be re-launched",
+                )
+            else:
+                alive.append(record)
+        if not alive:
+            del live[key]
+
+    active = store.in_states([PartitionState.SCHEDULED, PartitionState.RUNNING]) + store.schedulable()
+    if not active and not store.in_states([PartitionState.CREATED]):
+        return SensorResult(
+            skip_reason=f"every partition of {names.stream} is FINISHED (end timestamp {change_stream.end_timestamp} reached)",
+            cursor=SensorCursor(True, {}).dump(),
+        )
+    planner = LaunchPlanner(change_stream.max_parallel_reads, change_stream.retry_backoff_seconds)
+    plan = planner.plan(active, set(live), cursor.launched, now)
+    new = [launch.partition.token for launch in plan.launches if launch.reason == "new"]
+    store.transition(new, PartitionState.SCHEDULED)
+    requests = [
+        RunRequest(
+            run_key=launch.run_key,
+            partition_key=launch.partition.key,
+            tags={STREAM_TAG: names.stream, READER_TAG: names.stream, "dagster/max_runtime": str(int(change_stream.stale_run_seconds))},
+        )
+        for launch in plan.launches
+    ]
+    for launch in plan.launches:
+        context.log.info(f"{launch.reason}: {launch.partition.key} from {launch.partition.watermark.isoformat()}")
+    low = store.low_watermark()
+    summary = (
+        f"{len(requests)} launched, {len(live)} running, {plan.waiting} waiting; "
+        f"low watermark {low.isoformat() if low else 'n/a'}"
+    )
+    if requests:
+        context.log.info(summary)
+    return SensorResult(
+        run_requests=requests,
+        dynamic_partitions_requests=(
+            [DynamicPartitionsDefinition(name=names.partitions).build_add_request([l.partition.key for l in plan.launches])]
+            if plan.launches
+            else []
+        ),
+        cursor=SensorCursor(True, plan.launched).dump(),
+        skip_reason=None if requests else summary,
+    )

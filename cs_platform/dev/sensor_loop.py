@@ -1,0 +1,163 @@
+"""Run a stream's sensor and the runs it requests, the way the Dagster daemon does, without one.
+
+For tests, the demo and benchmarks on a real Dagster instance: each tick evaluates the real sensor
+with its cursor, adds the dynamic partitions it asks for, skips run keys that were already
+launched, and executes each requested run in a worker process (``execute_in_process`` against the
+same instance, as Dagster's default run launcher gives each run its own process). Runs therefore
+appear in the instance exactly like daemon-launched ones, and the sensor sees them live.
+
+Worker processes, not threads: Dagster reconfigures ``logging`` when a run starts, which deadlocks
+runs executing concurrently in one process. Workers rebuild the definitions with
+``definitions_factory`` (a module-level function such as
+``cs_platform.definitions.build_definitions``), from the same environment as this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from dagster import DagsterInstance, Definitions, RunRequest, RunsFilter, build_sensor_context, partition_loading_context
+from dagster._core.definitions.sensor_definition import SensorExecutionData
+from dagster._core.instance.ref import InstanceRef
+
+log = logging.getLogger(__name__)
+
+DefinitionsFactory = Callable[[], Definitions]
+
+
+@dataclass
+class LoopStats:
+    ticks: int = 0
+    launched: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    skipped_run_keys: int = 0
+    launch_times: dict[str, float] = field(default_factory=dict)  # run key -> wall clock of launch
+
+
+_worker_definitions: Definitions | None = None
+_worker_instance: DagsterInstance | None = None
+
+
+def _init_worker(factory: DefinitionsFactory, instance_ref: InstanceRef) -> None:
+    global _worker_definitions, _worker_instance
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("google").setLevel(logging.WARNING)
+    _worker_definitions = factory()
+    _worker_instance = DagsterInstance.from_ref(instance_ref)
+
+
+def _execute_run(job_name: str, partition_key: str, tags: dict) -> tuple[str, bool]:
+    job = _worker_definitions.resolve_job_def(job_name)
+    result = job.execute_in_process(instance=_worker_instance, partition_key=partition_key, tags=tags, raise_on_error=False)
+    return result.run_id, result.success
+
+
+class SensorLoop:
+    def __init__(
+        self,
+        definitions_factory: DefinitionsFactory,
+        instance: DagsterInstance,
+        sensor_name: str,
+        max_workers: int = 4,
+        tick_interval_s: float = 0.5,
+        cursor: str | None = None,
+    ) -> None:
+        self.definitions = definitions_factory()
+        self.instance = instance
+        self.sensor = self.definitions.resolve_sensor_def(sensor_name)
+        self.cursor = cursor
+        self.tick_interval_s = tick_interval_s
+        self.stats = LoopStats()
+        self._pool = ProcessPoolExecutor(
+            max_workers=max_workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_init_worker,
+            initargs=(definitions_factory, instance.get_ref()),
+        )
+        self._runs: list[Future] = []
+
+    def tick(self) -> SensorExecutionData:
+        with (
+            partition_loading_context(dynamic_partitions_store=self.instance),
+            build_sensor_context(
+                instance=self.instance,
+                instance_ref=self.instance.get_ref(),  # lets run requests name partitions added this tick
+                cursor=self.cursor,
+                sensor_name=self.sensor.name,
+                resources=self.definitions.resources,
+                definitions=self.definitions,
+            ) as context,
+        ):
+            result = self.sensor.evaluate_tick(context)
+        self.stats.ticks += 1
+        if result.cursor is not None:
+            self.cursor = result.cursor
+        for request in result.dynamic_partitions_requests or []:
+            self.instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        for run_request in result.run_requests or []:
+            self._launch(run_request)
+        return result
+
+    def _launch(self, request: RunRequest) -> None:
+        tags = {**request.tags, "dagster/sensor_name": self.sensor.name, "dagster/run_key": request.run_key}
+        already = RunsFilter(tags={"dagster/sensor_name": self.sensor.name, "dagster/run_key": request.run_key})
+        if self.instance.get_runs_count(already):
+            self.stats.skipped_run_keys += 1  # the daemon never launches a run key twice
+            return
+        self.stats.launched += 1
+        self.stats.launch_times[request.run_key] = time.time()
+        future = self._pool.submit(_execute_run, self.sensor.job_name, request.partition_key, tags)
+        future.add_done_callback(self._count)
+        self._runs.append(future)
+
+    def _count(self, future: Future) -> None:
+        run_id, success = future.result()
+        if success:
+            self.stats.succeeded += 1
+        else:
+            self.stats.failed += 1
+            log.warning("run %s failed; the sensor will re-launch its partition", run_id)
+
+    def pending_runs(self) -> int:
+        self._runs = [f for f in self._runs if not f.done()]
+        return len(self._runs)
+
+    def run_until(self, done: Callable[[], bool], timeout_s: float) -> None:
+        """Tick until ``done()`` holds and no run is executing; fail after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.tick()
+            if not self.pending_runs() and done():
+                return
+            time.sleep(self.tick_interval_s)
+        raise TimeoutError(f"sensor loop not done after {timeout_s:.0f}s: {self.stats}")
+
+    def run_for(self, seconds: float) -> None:
+        """Tick for ``seconds``, then stop launching and let the runs in flight finish."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.tick()
+            time.sleep(self.tick_interval_s)
+        self.wait_for_runs()
+
+    def wait_for_runs(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.pending_runs():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(self._runs)} runs still executing after {timeout_s:.0f}s")
+            time.sleep(0.1)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> "SensorLoop":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,59 @@
+"""`make dev`: ``dagster dev -w workspace.yaml`` on the embedded default.
+
+Starts a private emulator with the bank database and change stream, keeps a paced writer committing
+transfers, and runs ``dagster dev`` (webserver + daemon) pointed at it through the environment. The
+sensor is on: it initializes the metadata table and launches one run per partition token. Ctrl-C
+stops dagster dev, the writer and the emulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+from cs_platform.changestream.metadata import utc_now
+from cs_platform.dev.embedded import embedded_bank
+from cs_platform.dev.workload import BankWorkload
+
+log = logging.getLogger("cs_platform.serve")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=3000)
+    parser.add_argument("--writes-per-second", type=float, default=10)
+    parser.add_argument("--workdir", type=Path, default=Path(".demo/dev"))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("google").setLevel(logging.WARNING)
+
+    with embedded_bank(args.workdir, partition_alive_seconds=20) as bank:
+        os.environ.update(
+            CS_PLATFORM_START_TIMESTAMP=utc_now().isoformat(),
+            CS_PLATFORM_SOFT_TIMEOUT_SECONDS="15",
+            CS_PLATFORM_SENSOR_INTERVAL_SECONDS="5",
+            CS_PLATFORM_HEARTBEAT_MILLIS="1000",
+        )
+        workload = BankWorkload(bank.bank)
+        writer = threading.Thread(
+            target=workload.run_until, args=(utc_now() + timedelta(days=1), args.writes_per_second), daemon=True
+        )
+        writer.start()
+        command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(args.port)]
+        log.info("emulator on %s; DAGSTER_HOME=%s; open http://127.0.0.1:%d", bank.emulator.host, bank.dagster_home, args.port)
+        dagster = subprocess.Popen(command)
+        try:
+            dagster.wait()
+        except KeyboardInterrupt:
+            dagster.terminate()
+            dagster.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

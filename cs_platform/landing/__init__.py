@@ -1,0 +1,1 @@
+"""Landing storage: each partition read becomes one immutable Parquet file, written atomically."""

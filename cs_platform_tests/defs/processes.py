@@ -1,0 +1,73 @@
+"""Processes the crash and restart tests kill with SIGKILL, and how they signal where they are.
+
+``python -m cs_platform_tests.defs.processes loop``: the sensor loop with its run workers, forever.
+``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
+partition KEY that stops dead at POINT (``before_landing`` or ``after_landing``, the latter being
+after the landing write and before the watermark update), writes MARKER and waits to be killed.
+
+Both read their configuration from the environment (``cs_platform.definitions``) and use the
+Dagster instance in DAGSTER_HOME, like processes launched by Dagster's run launcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from dagster import DagsterInstance
+
+from cs_platform.definitions import build_definitions
+from cs_platform.dev.sensor_loop import SensorLoop
+from cs_platform.landing.store import LandingStore
+
+SENSOR = "bank_stream_partition_sensor"
+JOB = "bank_stream_read_partition"
+
+
+def spawn(*args: str) -> subprocess.Popen:
+    """Start this module in a new session (its own process group, so killpg reaches its workers)."""
+    return subprocess.Popen([sys.executable, "-m", __name__, *args], start_new_session=True, stdout=subprocess.DEVNULL)
+
+
+def wait_for(path: Path, timeout_s: float = 90) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} not written in {timeout_s}s")
+        time.sleep(0.1)
+    time.sleep(0.05)
+    return json.loads(path.read_text())
+
+
+def _run_until_killed() -> None:
+    with DagsterInstance.get() as instance, SensorLoop(build_definitions, instance, SENSOR) as loop:
+        loop.run_until(lambda: False, timeout_s=3600)
+
+
+def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
+    land = LandingStore.write
+
+    def stop_dead(landed) -> None:
+        marker.write_text(json.dumps({"pid": os.getpid(), "landed": landed.path if landed else None, "rows": landed.rows if landed else 0}))
+        time.sleep(3600)
+
+    def write(self, stream, key, batch):
+        if point == "before_landing":
+            stop_dead(None)
+        stop_dead(land(self, stream, key, batch))
+
+    LandingStore.write = write
+    job = build_definitions().resolve_job_def(JOB)
+    with DagsterInstance.get() as instance:
+        job.execute_in_process(instance=instance, partition_key=partition_key)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "loop":
+        _run_until_killed()
+    else:
+        _crashing_run(sys.argv[2], sys.argv[3], Path(sys.argv[4]))

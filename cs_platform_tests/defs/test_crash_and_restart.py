@@ -1,0 +1,120 @@
+"""Kill real processes with SIGKILL and check that reading resumes from the persisted watermarks.
+
+- crash: a run killed (a) before its landing write, (b) after it but before the watermark update.
+  The sensor presumes the dead run failed (stale_run_seconds), re-launches the partition from its
+  watermark; nothing is lost, and (b) leaves duplicates that the change identity removes.
+- restart: the sensor loop and its runs are killed mid-stream and started again on the existing
+  metadata table with an empty cursor: no re-initialization (Beam #32509), no error, no loss.
+"""
+
+import os
+import signal
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from dagster import DagsterRunStatus, RunsFilter
+
+from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState, utc_now
+from cs_platform.definitions import build_definitions
+from cs_platform.dev.sensor_loop import SensorLoop
+from cs_platform.dev.workload import BankWorkload
+from cs_platform_tests.defs.landing_oracle import assert_no_loss, reads
+from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
+
+WINDOW_SECONDS = 30
+STALE_RUN_SECONDS = 6
+
+
+def start_bank(bank_stream):
+    start = utc_now()
+    end = start + timedelta(seconds=WINDOW_SECONDS)
+    bank_stream.configure(start, end, soft_timeout_s=2, stale_run_s=STALE_RUN_SECONDS)
+    workload = BankWorkload(bank_stream.bank)
+    writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=6), 40), daemon=True)
+    writer.start()
+    return end, workload, writer
+
+
+def reading_partitions(bank_stream, loop):
+    """Partitions being read (SCHEDULED/RUNNING) once in-flight runs ended; ticks until there are some."""
+    while True:
+        loop.wait_for_runs()
+        found = bank_stream.store.in_states([PartitionState.SCHEDULED, PartitionState.RUNNING])
+        if found:
+            return found
+        assert not bank_stream.finished(), "the stream ended before the crash could be staged"
+        loop.tick()
+
+
+@pytest.mark.parametrize("point", ["before_landing", "after_landing"])
+def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_path, point):
+    end, workload, writer = start_bank(bank_stream)
+    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
+        loop.run_for(8)
+        victims = reading_partitions(bank_stream, loop)
+
+        processes = {p.key: spawn("run", p.key, point, str(tmp_path / f"{p.key}.json")) for p in victims}
+        markers = {key: wait_for(tmp_path / f"{key}.json") for key in processes}
+        for process in processes.values():
+            os.killpg(process.pid, signal.SIGKILL)
+            assert process.wait(timeout=10) == -signal.SIGKILL
+        landed_rows = sum(m["rows"] for m in markers.values())
+        if point == "before_landing":
+            assert landed_rows == 0
+        # The killed runs persisted nothing: watermarks are where they were.
+        for p in victims:
+            after = bank_stream.store.get(p.token)
+            assert after.watermark == p.watermark and after.state is PartitionState.RUNNING
+
+        loop.run_until(bank_stream.finished, timeout_s=WINDOW_SECONDS + 120)
+    writer.join()
+
+    result = assert_no_loss(bank_stream.landing_root, workload, end)
+    history = reads(dagster_instance)
+    # A killed run's file stays, duplicating what the retry lands again, unless the retry read the
+    # very same range (the partition ended at the same child start): then it rewrote the same path.
+    rewritten = {r.landing_path for r in history}
+    expected_duplicates = sum(m["rows"] for m in markers.values() if m["landed"] not in rewritten)
+    assert result.duplicates == expected_duplicates
+    print(f"{point}: {len(victims)} runs killed, {landed_rows} rows landed by them, {result.duplicates} duplicates removed")
+    if point == "after_landing":
+        assert landed_rows > 0, "no killed run had landed data: the writer was idle?"
+    # The sensor declared the dead runs failed and re-launched their partitions from the watermark.
+    failed = dagster_instance.get_run_records(RunsFilter(job_name=JOB, statuses=[DagsterRunStatus.FAILURE]))
+    assert len(failed) == len(victims)
+    chains = {}
+    for read in history:
+        chains.setdefault(read.partition_key, []).append(read)
+    for p in victims:
+        assert any(r.query_start == p.watermark + ONE_MICROSECOND for r in chains[p.key]) or p.watermark < p.start_timestamp
+
+
+def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dagster_instance):
+    end, workload, writer = start_bank(bank_stream)
+    everything = spawn("loop")
+    time.sleep(12)
+    os.killpg(everything.pid, signal.SIGKILL)  # the loop and every run it was executing
+    assert everything.wait(timeout=10) == -signal.SIGKILL
+    before = {p.key: p for p in bank_stream.store.all()}
+    initial = before[INITIAL_PARTITION_TOKEN]
+    interrupted = [p for p in before.values() if p.state in (PartitionState.SCHEDULED, PartitionState.RUNNING)]
+    assert len(before) > 1 and initial.state is PartitionState.FINISHED
+
+    with SensorLoop(build_definitions, dagster_instance, SENSOR, cursor=None) as loop:
+        loop.run_until(bank_stream.finished, timeout_s=WINDOW_SECONDS + 120)
+        assert loop.stats.failed == 0
+    writer.join()
+
+    after = {p.key: p for p in bank_stream.store.all()}
+    assert after[INITIAL_PARTITION_TOKEN].created_at == initial.created_at  # not re-initialized
+    assert after[INITIAL_PARTITION_TOKEN].start_timestamp == initial.start_timestamp
+    assert_no_loss(bank_stream.landing_root, workload, end)
+    chains = {}
+    for read in reads(dagster_instance):
+        chains.setdefault(read.partition_key, []).append(read)
+    for p in interrupted:
+        resume_from = max(p.start_timestamp, p.watermark + ONE_MICROSECOND)
+        assert any(r.query_start == resume_from for r in chains[p.key]), f"{p.key} did not resume at its watermark"
+    print(f"restart: {len(before)} partitions before, {len(interrupted)} interrupted, {len(after)} in the end")
