@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench setup check-emulator clean
+.PHONY: test demo dev bench setup check-emulator clean
 
 setup: $(STAMP)
 
@@ -24,8 +24,12 @@ test: setup check-emulator
 demo: setup check-emulator
 	$(PY) -m cs_platform.dev.demo
 
+dev: setup check-emulator
+	$(PY) -m cs_platform.dev.serve
+
 bench: setup check-emulator
 	$(PY) bench/reader_throughput.py
+	$(PY) bench/orchestration_latency.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache

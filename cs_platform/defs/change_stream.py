@@ -4,7 +4,6 @@ A factory, so several streams are configured without copy-paste: each gets its o
 partitions (one key per partition token), asset, job, sensor and resource key.
 """
 
-
 import re
 import time
 from dataclasses import dataclass
@@ -19,7 +18,6 @@ from dagster import (
     RunRequest,
     SensorEvaluationContext,
     SensorResult,
-    SkipReason,
     asset,
     define_asset_job,
     sensor,
@@ -112,14 +110,17 @@ def change_stream_definitions(
     )
     def partition_sensor(context: SensorEvaluationContext):
         change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
-        return detect_partitions(context, names, change_stream)
+        return detect_partitions(context, names, partitions, change_stream)
 
     return Definitions(assets=[landed_changes], jobs=[job], sensors=[partition_sensor])
 
 
 def detect_partitions(
-    context: SensorEvaluationContext, names: ChangeStreamNames, change_stream: ChangeStreamResource
-) -> SensorResult | SkipReason:
+    context: SensorEvaluationContext,
+    names: ChangeStreamNames,
+    partitions: DynamicPartitionsDefinition,
+    change_stream: ChangeStreamResource,
+) -> SensorResult:
     store = change_stream.metadata_store()
     cursor = SensorCursor.load(context.cursor)
     if not cursor.initialized:
@@ -174,7 +175,7 @@ def detect_partitions(
     return SensorResult(
         run_requests=requests,
         dynamic_partitions_requests=(
-            [DynamicPartitionsDefinition(name=names.partitions).build_add_request([l.partition.key for l in plan.launches])]
+            [partitions.build_add_request([launch.partition.key for launch in plan.launches])]
             if plan.launches
             else []
         ),

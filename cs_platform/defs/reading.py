@@ -9,8 +9,6 @@ touching the metadata row, which is what a backfill means here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
 
 from cs_platform.changestream.metadata import PartitionMetadata, PartitionState, utc_now
@@ -18,14 +16,6 @@ from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.defs.resources import ChangeStreamResource
 from cs_platform.defs.runs import live_runs_by_partition
 from cs_platform.landing.store import LandedFile, LandingStore
-
-
-@dataclass(frozen=True)
-class ReadOutcome:
-    partition: PartitionMetadata
-    batch: PartitionBatch
-    landed: LandedFile | None
-    replay: bool
 
 
 def read_and_land(
@@ -53,7 +43,7 @@ def read_and_land(
         context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
     if not replay:
         store.record_progress(partition.token, batch.watermark, batch.finished)
-    return MaterializeResult(metadata=materialization_metadata(ReadOutcome(partition, batch, landed, replay)))
+    return MaterializeResult(metadata=materialization_metadata(partition, batch, landed, replay))
 
 
 def _refuse_concurrent_read(context: AssetExecutionContext, job_name: str, key: str) -> None:
@@ -77,13 +67,14 @@ def _seconds_between(earlier, later) -> float | None:
     return None if earlier is None or later is None else round((later - earlier).total_seconds(), 3)
 
 
-def materialization_metadata(outcome: ReadOutcome) -> dict:
+def materialization_metadata(
+    p: PartitionMetadata, batch: PartitionBatch, landed: LandedFile | None, replay: bool
+) -> dict:
     """What a data engineer asks of one read: how much, how far, how late, and what it found."""
-    p, batch = outcome.partition, outcome.batch
     commits = [r.commit_timestamp for r in batch.records]
     metadata = {
         "partition_token": p.token,
-        "replay": outcome.replay,
+        "replay": replay,
         "records": len(batch.records),
         "mods": batch.mod_count,
         "transactions": len(batch.transaction_ids),
@@ -102,9 +93,9 @@ def materialization_metadata(outcome: ReadOutcome) -> dict:
     if commits:
         metadata["first_commit_timestamp"] = MetadataValue.timestamp(min(commits))
         metadata["last_commit_timestamp"] = MetadataValue.timestamp(max(commits))
-    if outcome.landed:
-        metadata["landing_path"] = MetadataValue.path(outcome.landed.path)
-        metadata["landing_bytes"] = outcome.landed.bytes
+    if landed:
+        metadata["landing_path"] = MetadataValue.path(landed.path)
+        metadata["landing_bytes"] = landed.bytes
     if batch.read_started_at:
         metadata["read_started_at"] = MetadataValue.timestamp(batch.read_started_at)
     return {k: v for k, v in metadata.items() if v is not None}

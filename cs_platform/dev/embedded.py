@@ -57,12 +57,15 @@ class EmbeddedBank:
 @contextmanager
 def embedded_bank(workdir: Path, partition_alive_seconds: int = 3) -> Iterator[EmbeddedBank]:
     """Start the emulator, create the bank and metadata databases, start from clean landing and
-    Dagster directories under ``workdir``, and point the environment at them."""
+    Dagster directories under ``workdir``, and point the environment at them until exit (the
+    Spanner client itself prefers SPANNER_EMULATOR_HOST, so a stale value must not outlive it)."""
     for stale in ("landing", "dagster_home"):
         shutil.rmtree(workdir / stale, ignore_errors=True)
     (workdir / "dagster_home").mkdir(parents=True)
     (workdir / "dagster_home" / "dagster.yaml").write_text(DAGSTER_YAML)
+    saved = dict(os.environ)
     with SpannerEmulator(partition_alive_seconds=partition_alive_seconds, log_path=workdir / "emulator.log") as emulator:
+        os.environ["SPANNER_EMULATOR_HOST"] = emulator.host
         client = SpannerTarget(PROJECT, INSTANCE, "bank", emulator.host).client()
         instance = create_instance(client, INSTANCE)
         setup = EmbeddedBank(
@@ -81,4 +84,8 @@ def embedded_bank(workdir: Path, partition_alive_seconds: int = 3) -> Iterator[E
             CS_PLATFORM_LANDING_ROOT=str(setup.landing_root.resolve()),
             DAGSTER_HOME=str(setup.dagster_home.resolve()),
         )
-        yield setup
+        try:
+            yield setup
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)

@@ -54,7 +54,13 @@ def _init_worker(factory: DefinitionsFactory, instance_ref: InstanceRef) -> None
 
 def _execute_run(job_name: str, partition_key: str, tags: dict) -> tuple[str, bool]:
     job = _worker_definitions.resolve_job_def(job_name)
-    result = job.execute_in_process(instance=_worker_instance, partition_key=partition_key, tags=tags, raise_on_error=False)
+    result = job.execute_in_process(
+        instance=_worker_instance,
+        partition_key=partition_key,
+        tags=tags,
+        raise_on_error=False,
+        run_config={"loggers": {"console": {"config": {"log_level": "WARNING"}}}},  # events still go to the instance
+    )
     return result.run_id, result.success
 
 
