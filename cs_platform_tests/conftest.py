@@ -73,6 +73,17 @@ def _quiet_grpc_logs():
     logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
+@pytest.fixture(scope="session")
+def spark():
+    """One local Spark session with Delta for the whole test session (it takes ~10 s to start; the
+    first start on a machine downloads delta-spark's jars from Maven Central into ~/.ivy2.5.2)."""
+    from cs_platform.lake.spark import delta_spark_session
+
+    session = delta_spark_session("cs_platform_tests", master="local[2]")
+    yield session
+    session.stop()
+
+
 @pytest.fixture
 def dagster_instance():
     """A real Dagster instance (sqlite in a temp dir; DAGSTER_HOME points at it for subprocesses)."""

@@ -1,0 +1,129 @@
+"""Changelog, complete transactions under a cut, mirrors and the manifest, on landing files shaped
+the way Cloud Spanner sends them (a transaction's records spread over partitions, landed at
+different times), applied with local Spark + Delta."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from cs_platform.changestream.reader import PartitionBatch
+from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
+from cs_platform.lake.cuts import IncompleteTransactionsError, Lake
+from cs_platform.landing.store import LandingStore
+
+T0 = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
+US = timedelta(microseconds=1)
+
+ACCOUNTS = (
+    ColumnType("AccountId", {"code": "STRING"}, True, 1),
+    ColumnType("Balance", {"code": "INT64"}, False, 2),
+    ColumnType("UpdatedAt", {"code": "TIMESTAMP"}, False, 3),
+)
+TRANSFERS = (
+    ColumnType("TransferId", {"code": "STRING"}, True, 1),
+    ColumnType("Amount", {"code": "INT64"}, False, 2),
+)
+
+
+def rec(txn, seq, ts, table, mod_type, mods, records=1, partitions=1, capture="OLD_AND_NEW_VALUES", types=None):
+    return DataChangeRecord(
+        partition_token=f"p{seq}",
+        commit_timestamp=ts,
+        record_sequence=f"{seq:08d}",
+        server_transaction_id=txn,
+        is_last_record_in_transaction_in_partition=True,
+        table_name=table,
+        column_types=types or (ACCOUNTS if table == "Accounts" else TRANSFERS),
+        mods=tuple(Mod(k, n, {}) for k, n in mods),
+        mod_type=ModType(mod_type),
+        value_capture_type=ValueCaptureType(capture),
+        number_of_records_in_transaction=records,
+        number_of_partitions_in_transaction=partitions,
+        transaction_tag="",
+        is_system_transaction=False,
+    )
+
+
+def land(store: LandingStore, partition: str, *records, watermark: datetime):
+    batch = PartitionBatch(partition, T0 - timedelta(seconds=10), watermark, records, (), watermark, False)
+    return store.write("BankStream", partition, batch)
+
+
+def balances(lake: Lake, cut=None) -> dict[str, int]:
+    mirrors = lake.mirrors_at_cut(cut)
+    return {r.AccountId: r.Balance for r in mirrors["Accounts"].collect()}
+
+
+@pytest.fixture
+def lake(spark, tmp_path):
+    return Lake(spark, str(tmp_path / "lake")), LandingStore(str(tmp_path / "landing"))
+
+
+def test_transaction_spread_over_partitions_is_applied_only_when_complete_and_under_the_cut(lake):
+    lake, store = lake
+    t0, t1 = T0, T0 + timedelta(seconds=1)
+    opened = [("A", "1000"), ("B", "1000")]
+    for i, (account, balance) in enumerate(opened):
+        land(store, f"part{i}", rec(f"open-{account}", 0, t0, "Accounts", "INSERT", [({"AccountId": account}, {"Balance": balance, "UpdatedAt": None})]), watermark=t0)
+    # Transfer A -> B: three records in three partitions (Cloud Spanner's shape); two land first.
+    transfer = dict(records=3, partitions=3)
+    debit = rec("xfer", 0, t1, "Accounts", "UPDATE", [({"AccountId": "A"}, {"Balance": "900"})], **transfer)
+    credit = rec("xfer", 1, t1, "Accounts", "UPDATE", [({"AccountId": "B"}, {"Balance": "1100"})], **transfer)
+    row = rec("xfer", 2, t1, "Transfers", "INSERT", [({"TransferId": "x1"}, {"Amount": "100"})], **transfer)
+    land(store, "part0", debit, watermark=t1)
+    land(store, "part1", credit, watermark=t1)
+    lake.changelog.ingest(store.files("BankStream"))
+
+    # The third partition's watermark is still below t1, so the low watermark is too.
+    first = lake.apply_cut(t1 - US)
+    assert first.applied and first.transactions == 2 and balances(lake) == {"A": 1000, "B": 1000}
+    assert "Transfers" not in lake.mirrors_at_cut()
+    # A cut above the low watermark finds the incomplete transfer and applies nothing.
+    with pytest.raises(IncompleteTransactionsError, match=r"xfer \(2/3 records\)"):
+        lake.apply_cut(t1)
+    assert lake.last_cut() == t1 - US
+
+    land(store, "part2", row, watermark=t1)
+    assert lake.changelog.ingest(store.files("BankStream")) == 1  # only the new file
+    second = lake.apply_cut(t1)
+    assert second.applied and second.transactions == 1 and second.mods == 3
+    assert balances(lake) == {"A": 900, "B": 1100}
+    assert [r.Amount for r in lake.mirrors_at_cut()["Transfers"].collect()] == [100]
+    # The earlier cut is still readable as it was: time travel through the manifest.
+    assert balances(lake, t1 - US) == {"A": 1000, "B": 1000}
+
+    # Replays change nothing: the same files again, a duplicate file, the same cut again.
+    before = lake.changelog.table().count()
+    land(store, "part2-replay", row, watermark=t1 + US)
+    lake.changelog.ingest(store.files("BankStream"))
+    assert lake.changelog.table().count() == before == 5
+    assert not lake.apply_cut(t1).applied
+    assert balances(lake) == {"A": 900, "B": 1100}
+
+
+def test_mirror_semantics_patch_delete_reinsert_many_changes_and_new_columns(lake):
+    lake, store = lake
+    ts = [T0 + timedelta(seconds=i) for i in range(6)]
+    with_email = ACCOUNTS + (ColumnType("Email", {"code": "STRING"}, False, 4),)
+    records = [
+        rec("t0", 0, ts[0], "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "5", "UpdatedAt": "2026-11-22T12:00:00Z"}), ({"AccountId": "B"}, {"Balance": "7", "UpdatedAt": None})]),
+        # NEW_VALUES update of Balance only: UpdatedAt must be kept.
+        rec("t1", 0, ts[1], "Accounts", "UPDATE", [({"AccountId": "A"}, {"Balance": "6"})], capture="NEW_VALUES"),
+        rec("t2", 0, ts[2], "Accounts", "DELETE", [({"AccountId": "B"}, {})]),
+        rec("t3", 0, ts[3], "Accounts", "INSERT", [({"AccountId": "B"}, {"Balance": "70", "UpdatedAt": None})]),
+        # A column added to the source table shows up in column_types.
+        rec("t4", 0, ts[4], "Accounts", "UPDATE", [({"AccountId": "A"}, {"Email": "a@example.com"})], types=with_email),
+        rec("t5", 0, ts[5], "Accounts", "UPDATE", [({"AccountId": "A"}, {"Balance": "8"})]),
+    ]
+    land(store, "p", *records[:2], watermark=ts[1])
+    lake.changelog.ingest(store.files("BankStream"))
+    lake.apply_cut(ts[1])
+    land(store, "p2", *records[2:], watermark=ts[5])
+    lake.changelog.ingest(store.files("BankStream"))
+    lake.apply_cut(ts[5])  # delete + re-insert of B and three changes of A inside one cut
+
+    rows = {r.AccountId: r.asDict() for r in lake.mirrors_at_cut()["Accounts"].collect()}
+    assert rows["A"]["Balance"] == 8 and rows["A"]["Email"] == "a@example.com"
+    assert rows["A"]["UpdatedAt"] == datetime(2026, 11, 22, 12)  # kept through the NEW_VALUES patch (UTC session)
+    assert rows["B"] == {"AccountId": "B", "Balance": 70, "UpdatedAt": None, "Email": None}
+    assert balances(lake, ts[1]) == {"A": 6, "B": 7}
