@@ -17,6 +17,8 @@ CS_PLATFORM_MAX_PARALLEL_READS      reader runs in flight per stream (default 8)
 CS_PLATFORM_STALE_RUN_SECONDS       unfinished runs older than this are presumed dead (default 900)
 CS_PLATFORM_SENSOR_INTERVAL_SECONDS seconds between sensor ticks (default 30)
 CS_PLATFORM_LANDING_ROOT            local directory or gs:// URI for landing files (default .demo/landing)
+CS_PLATFORM_LAKE_ROOT               local directory or gs:// URI for the Delta tables (default .demo/lake)
+CS_PLATFORM_SPARK_MASTER            Spark master (default local[*]); any cluster URL works
 ==================================  ==========================================================
 
 The required settings are ``EnvVar``s, read when a run or tick needs them, so the UI loads even
@@ -31,7 +33,11 @@ from typing import Mapping
 from dagster import Definitions, EnvVar
 
 from cs_platform.defs.change_stream import ChangeStreamNames, change_stream_definitions
+from dagster_pyspark import PySparkResource
+
+from cs_platform.defs.lake_assets import LakeResource
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource, SpannerResource
+from cs_platform.lake.spark import delta_spark_config
 
 
 def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
@@ -44,7 +50,11 @@ def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
     streams = [s.strip() for s in environ.get("CS_PLATFORM_CHANGE_STREAMS", "BankStream").split(",") if s.strip()]
     interval = int(environ.get("CS_PLATFORM_SENSOR_INTERVAL_SECONDS", "30"))
     per_stream = []
-    resources: dict = {"landing": LandingResource(root=environ.get("CS_PLATFORM_LANDING_ROOT", ".demo/landing"))}
+    resources: dict = {
+        "landing": LandingResource(root=environ.get("CS_PLATFORM_LANDING_ROOT", ".demo/landing")),
+        "lake": LakeResource(root=environ.get("CS_PLATFORM_LAKE_ROOT", ".demo/lake")),
+        "pyspark": PySparkResource(spark_config=delta_spark_config(environ.get("CS_PLATFORM_SPARK_MASTER", "local[*]"))),
+    }
     for stream in streams:
         resource = ChangeStreamResource(
             spanner=spanner,

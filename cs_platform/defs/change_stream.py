@@ -25,6 +25,7 @@ from dagster import (
 
 from cs_platform.changestream.metadata import PartitionState, utc_now
 from cs_platform.changestream.query import validate_identifier
+from cs_platform.defs.lake_assets import lake_assets
 from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource
@@ -112,7 +113,8 @@ def change_stream_definitions(
         change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
         return detect_partitions(context, names, partitions, change_stream)
 
-    return Definitions(assets=[landed_changes], jobs=[job], sensors=[partition_sensor])
+    lake = lake_assets(names.slug, stream, names.asset_key, names.resource_key)
+    return Definitions(assets=[landed_changes, *lake], jobs=[job], sensors=[partition_sensor])
 
 
 def detect_partitions(

@@ -72,6 +72,7 @@ class Lake:
         return [tuple(r) for r in per_transaction.where("seen != expected").collect()]
 
     def apply_cut(self, cut: datetime) -> CutResult:
+        cut = _plain(cut)
         previous = self.last_cut()
         if previous is not None and cut <= previous:
             return CutResult(cut, previous, applied=False)
@@ -112,6 +113,11 @@ class Lake:
             r.table_name: self.spark.read.format("delta").option("versionAsOf", r.mirror_version).load(self.mirror_path(r.table_name))
             for r in rows
         }
+
+
+def _plain(value: datetime) -> datetime:
+    """A plain datetime (Spark rejects subclasses such as Spanner's DatetimeWithNanoseconds)."""
+    return datetime.combine(value.date(), value.timetz())
 
 
 def _utc(value: datetime | None) -> datetime | None:

@@ -1,8 +1,9 @@
-"""A SparkSession with Delta Lake, local by default.
+"""Spark with Delta Lake, local by default, any cluster by configuration.
 
-``configure_spark_with_delta_pip`` asks Maven for ``io.delta:delta-spark_<spark major.minor>_2.13:
-<delta-spark version>`` (cached in ~/.ivy2.5.2); the same settings work on any cluster by
-configuration (``master`` and ``extra``).
+``configure_spark_with_delta_pip`` decides which Maven artifact matches the installed packages
+(``io.delta:delta-spark_<spark major.minor>_2.13:<delta-spark version>``, cached in ~/.ivy2.5.2);
+:func:`delta_spark_config` turns its choice into a plain config dict, so the same settings feed
+dagster-pyspark's ``PySparkResource`` and :func:`delta_spark_session` (tests, demo).
 """
 
 from __future__ import annotations
@@ -23,11 +24,17 @@ DELTA_CONF = {
 }
 
 
-def delta_spark_session(app_name: str = "cs_platform", master: str = "local[*]", extra: Mapping[str, str] | None = None) -> SparkSession:
+def delta_spark_config(master: str = "local[*]", app_name: str = "cs_platform", extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    builder = configure_spark_with_delta_pip(SparkSession.builder)
+    packages = builder._options["spark.jars.packages"]  # what the helper asked Maven for
     if master.startswith("local"):
         # Local sessions bind to loopback only (the machine's other addresses are not ours to use).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(app_name).master(master)
-    for key, value in {**DELTA_CONF, **(extra or {})}.items():
+    return {"spark.master": master, "spark.app.name": app_name, "spark.jars.packages": packages, **DELTA_CONF, **(extra or {})}
+
+
+def delta_spark_session(app_name: str = "cs_platform", master: str = "local[*]", extra: Mapping[str, str] | None = None) -> SparkSession:
+    builder = SparkSession.builder
+    for key, value in delta_spark_config(master, app_name, extra).items():
         builder = builder.config(key, value)
-    return configure_spark_with_delta_pip(builder).getOrCreate()
+    return builder.getOrCreate()
