@@ -21,10 +21,14 @@ from dagster import (
     asset,
 )
 
+from pyspark.sql import functions as F
+
 from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
+from cs_platform.changestream.snapshot import SourceSnapshot
 from cs_platform.changestream.query import validate_identifier
 from cs_platform.defs.resources import ChangeStreamResource
 from cs_platform.lake.cuts import IncompleteTransactionsError, Lake
+from cs_platform.lake.mirrors import primary_key
 
 
 class LakeResource(ConfigurableResource):
@@ -72,6 +76,7 @@ def lake_assets(slug: str, stream: str, landed_changes: AssetKey, resource_key: 
         check_specs=[
             AssetCheckSpec("complete_transactions_below_low_watermark", asset=mirrors_key),
             AssetCheckSpec("watermark_lag", asset=mirrors_key),
+            AssetCheckSpec("mirrors_match_source", asset=mirrors_key),
         ],
         description=(
             f"One Delta table per source table of {stream}, brought to the low watermark by complete "
@@ -106,6 +111,7 @@ def lake_assets(slug: str, stream: str, landed_changes: AssetKey, resource_key: 
             f"cut {cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
             f"{result.transactions} transactions, {result.mods} mods, versions {result.versions}"
         )
+        yield mirrors_match_source(lake, SourceSnapshot(change_stream.source_database(), cut), cut)
         yield MaterializeResult(
             metadata={
                 "cut": MetadataValue.timestamp(cut),
@@ -119,3 +125,25 @@ def lake_assets(slug: str, stream: str, landed_changes: AssetKey, resource_key: 
         )
 
     return [changelog, mirrors]
+
+
+SAMPLE_KEYS = 100
+
+
+def mirrors_match_source(lake: Lake, source: SourceSnapshot, cut: datetime) -> AssetCheckResult:
+    """At the cut, each mirror has the source's row count, and a random sample of its primary keys
+    exists in the source read at the cut timestamp (values are compared by the tests, not here)."""
+    problems, checked = [], {}
+    for table, mirror in lake.mirrors_at_cut(cut).items():
+        keys = primary_key(lake.spark, lake.mirror_path(table))
+        sample = [tuple(r) for r in mirror.select(*keys).orderBy(F.rand(seed=7)).limit(SAMPLE_KEYS).collect()]
+        rows, expected = mirror.count(), source.row_count(table)
+        missing = len(sample) - len(source.existing_keys(table, keys, sample))
+        checked[table] = {"mirror_rows": rows, "source_rows": expected, "sampled_keys": len(sample), "missing": missing}
+        if rows != expected or missing:
+            problems.append(table)
+    return AssetCheckResult(
+        check_name="mirrors_match_source",
+        passed=not problems,
+        metadata={"tables": checked, "mismatched": ", ".join(problems) or "none"},
+    )

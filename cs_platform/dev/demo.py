@@ -4,19 +4,23 @@ Starts a private emulator (fast partition churn) with the bank database and a ch
 real Dagster instance in ``.demo/dagster_home``. While a paced writer commits transfers, the real
 sensor is evaluated every half second and the runs it requests execute in worker processes: one
 run per partition token, each reading until its soft timeout, landing Parquet under
-``.demo/landing`` and then persisting the watermark. At the end it checks the landed changes
-against the writer's own commit log. Afterwards ``DAGSTER_HOME=.demo/dagster_home dagster dev``
-shows the runs and partitions.
+``.demo/landing`` and then persisting the watermark. Meanwhile local Spark applies consistent cuts
+at the low watermark to the Delta tables in ``.demo/lake/BankStream`` (changelog, one mirror per
+table, manifest). At the end it checks the landed changes against the writer's commit log and
+every cut's Accounts mirror against the bank invariant. Afterwards
+``DAGSTER_HOME=$PWD/.demo/dagster_home dagster dev`` shows the runs and partitions.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import threading
 import time
 from collections import Counter
-from datetime import timedelta
+from datetime import timedelta, timezone
 from pathlib import Path
 
 from dagster import DagsterInstance
@@ -24,8 +28,11 @@ from dagster import DagsterInstance
 from cs_platform.changestream.metadata import PartitionMetadataStore, lineage, utc_now
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.embedded import STREAM, embedded_bank
+from cs_platform.dev.cutter import Cutter
 from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.dev.workload import BankWorkload
+from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
+from cs_platform.lake.cuts import Lake
+from cs_platform.lake.spark import delta_spark_session
 from cs_platform.landing.store import LandingStore
 
 log = logging.getLogger("cs_platform.demo")
@@ -44,8 +51,6 @@ def main() -> None:
     with embedded_bank(args.workdir) as bank:
         start = utc_now()
         end = start + timedelta(seconds=args.seconds)
-        import os
-
         os.environ.update(
             CS_PLATFORM_START_TIMESTAMP=start.isoformat(),
             CS_PLATFORM_END_TIMESTAMP=end.isoformat(),
@@ -59,18 +64,24 @@ def main() -> None:
         )
         print(f"reading {STREAM} from {start:%H:%M:%S} to {end:%H:%M:%S} while the writer commits transfers")
         writer.start()
+        landing = LandingStore(str(bank.landing_root))
+        print("starting Spark (the first run downloads Delta's jars from Maven Central)")
+        lake = Lake(delta_spark_session("cs_platform_demo", "local[2]"), str(bank.workdir / "lake" / STREAM))
+        cutter = Cutter(lake, landing, STREAM, store).start()
         with DagsterInstance.get() as instance, SensorLoop(build_definitions, instance, "bank_stream_partition_sensor") as loop:
-            progress = Progress(store, loop, workload)
+            progress = Progress(store, loop, workload, cutter)
             loop.run_until(progress.finished, timeout_s=args.seconds + 300)
         writer.join()
-        report(store, loop, workload, LandingStore(str(bank.landing_root)), end)
+        cutter.stop()
+        report(store, loop, workload, landing, end)
+        report_cuts(lake)
 
 
 class Progress:
     """Prints a status line every few seconds while the loop runs; tells it when the stream is done."""
 
-    def __init__(self, store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorkload) -> None:
-        self.store, self.loop, self.workload = store, loop, workload
+    def __init__(self, store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorkload, cutter: Cutter) -> None:
+        self.store, self.loop, self.workload, self.cutter = store, loop, workload, cutter
         self.last = 0.0
 
     def finished(self) -> bool:
@@ -83,7 +94,7 @@ class Progress:
             print(
                 f"  {len(self.workload.committed):>5} committed | partitions {dict(sorted(states.items()))} | "
                 f"runs {self.loop.stats.launched} launched, {self.loop.stats.succeeded} ok, "
-                f"{self.loop.stats.failed} failed | low watermark lag {lag}"
+                f"{self.loop.stats.failed} failed | low watermark lag {lag} | {len(self.cutter.results)} cuts"
             )
         return bool(partitions) and all(p.state.value == "FINISHED" for p in partitions)
 
@@ -95,8 +106,6 @@ def report(store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorklo
         (r["table_name"], r["keys"], r["mod_type"])
         for r in {(r["server_transaction_id"], r["record_sequence"], r["mod_index"]): r for r in rows}.values()
     )
-    import json
-
     expected = Counter(
         (m.table, json.dumps(json.loads(m.keys), separators=(",", ":")), m.mod_type)
         for t in workload.committed
@@ -113,6 +122,22 @@ def report(store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorklo
     if seen != expected:
         raise SystemExit(f"MISMATCH: missing {expected - seen}, unexpected {seen - expected}")
     print("every committed mod landed: landing == source")
+
+
+def report_cuts(lake: Lake) -> None:
+    """Every cut of the manifest: the Accounts mirror must sum to 1000 x accounts."""
+    manifest = lake.spark.read.format("delta").load(lake.manifest_path)
+    cuts = sorted({r.cut_timestamp for r in manifest.select("cut_timestamp").collect()})
+    print(f"\n{len(cuts)} consistent cuts in {lake.manifest_path}:")
+    for cut in cuts:
+        mirrors = lake.mirrors_at_cut(cut.replace(tzinfo=timezone.utc))
+        balances = [r.Balance for r in mirrors["Accounts"].collect()] if "Accounts" in mirrors else []
+        transfers = mirrors["Transfers"].count() if "Transfers" in mirrors else 0
+        verdict = "ok" if sum(balances) == INITIAL_BALANCE * len(balances) else "BROKEN"
+        print(f"  {cut:%H:%M:%S.%f}Z  {len(balances):>3} accounts, sum {sum(balances):>6}, {transfers:>5} transfers  {verdict}")
+        if verdict != "ok":
+            raise SystemExit(f"cut {cut}: balances do not sum to {INITIAL_BALANCE} x accounts")
+    print(f"open them together with Lake(spark, {lake.root!r}).mirrors_at_cut(cut)")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ def embedded_bank(workdir: Path, partition_alive_seconds: int = 3) -> Iterator[E
     """Start the emulator, create the bank and metadata databases, start from clean landing and
     Dagster directories under ``workdir``, and point the environment at them until exit (the
     Spanner client itself prefers SPANNER_EMULATOR_HOST, so a stale value must not outlive it)."""
-    for stale in ("landing", "dagster_home"):
+    for stale in ("landing", "lake", "dagster_home"):
         shutil.rmtree(workdir / stale, ignore_errors=True)
     (workdir / "dagster_home").mkdir(parents=True)
     (workdir / "dagster_home" / "dagster.yaml").write_text(DAGSTER_YAML)

@@ -139,7 +139,8 @@ class SensorLoop:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             self.tick()
-            if not self.pending_runs() and done():
+            finished = done()  # called every tick: callers use it for progress too
+            if finished and not self.pending_runs():
                 return
             time.sleep(self.tick_interval_s)
         raise TimeoutError(f"sensor loop not done after {timeout_s:.0f}s: {self.stats}")

@@ -25,6 +25,7 @@ from pyspark.sql.types import MapType, StringType, StructField, StructType
 
 from cs_platform.lake.types import spark_type, typed_value
 
+PRIMARY_KEY_PROPERTY = "cs_platform.primaryKey"
 ORDER = ("commit_timestamp", "server_transaction_id", "record_sequence", "mod_index")
 _EFFECT = StructType([StructField("op", StringType()), StructField("values", MapType(StringType(), StringType()))])
 
@@ -94,6 +95,11 @@ def apply_changes(spark: SparkSession, path: str, changes: DataFrame) -> int:
     return version(spark, path)
 
 
+def primary_key(spark: SparkSession, path: str) -> list[str]:
+    properties = DeltaTable.forPath(spark, path).detail().select("properties").first()[0]
+    return properties[PRIMARY_KEY_PROPERTY].split(",")
+
+
 def version(spark: SparkSession, path: str) -> int:
     return DeltaTable.forPath(spark, path).history(1).select("version").first()[0]
 
@@ -103,6 +109,8 @@ def _ensure_columns(spark: SparkSession, path: str, columns: dict[str, dict]) ->
     if not DeltaTable.isDeltaTable(spark, path):
         schema = ", ".join(f"`{name}` {sql_type}" for name, sql_type in wanted.items())
         spark.createDataFrame([], schema).write.format("delta").save(path)
+        keys = ",".join(name for name, c in columns.items() if c["is_primary_key"])
+        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{PRIMARY_KEY_PROPERTY}' = '{keys}')")
         return
     present = set(spark.read.format("delta").load(path).columns)
     missing = [f"`{name}` {sql_type}" for name, sql_type in wanted.items() if name not in present]

@@ -8,11 +8,15 @@ dagster-pyspark's ``PySparkResource`` and :func:`delta_spark_session` (tests, de
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Mapping
 
 from delta import configure_spark_with_delta_pip
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -37,4 +41,12 @@ def delta_spark_session(app_name: str = "cs_platform", master: str = "local[*]",
     builder = SparkSession.builder
     for key, value in delta_spark_config(master, app_name, extra).items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    try:
+        return builder.getOrCreate()
+    except PySparkRuntimeError as e:
+        # Seen here twice when another JVM resolved the same Ivy cache at the same moment: the
+        # gateway exits before reporting its port. One more attempt, then the error stands.
+        if "JAVA_GATEWAY_EXITED" not in str(e):
+            raise
+        log.warning("Spark's Java gateway exited while starting (%s); starting it once more", e)
+        return builder.getOrCreate()

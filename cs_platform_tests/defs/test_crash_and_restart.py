@@ -94,7 +94,11 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
 def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dagster_instance):
     end, workload, writer = start_bank(bank_stream)
     everything = spawn("loop")
-    time.sleep(12)
+    # Let it read for a while: the initial partition and a few generations of children.
+    deadline = time.monotonic() + 120
+    while not (bank_stream.store.table_exists() and len(bank_stream.store.all()) >= 6):
+        assert time.monotonic() < deadline and everything.poll() is None, "the loop process made no progress"
+        time.sleep(0.5)
     os.killpg(everything.pid, signal.SIGKILL)  # the loop and every run it was executing
     assert everything.wait(timeout=10) == -signal.SIGKILL
     before = {p.key: p for p in bank_stream.store.all()}

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 from cs_platform.changestream.metadata import lineage, utc_now
 from cs_platform.definitions import build_definitions
-from cs_platform.defs.lake_assets import stream_cut
+from cs_platform.dev.cutter import Cutter
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.cuts import Lake
@@ -41,33 +41,13 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
     workload = BankWorkload(bank_stream.bank)
     writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=5), 40), kwargs={"accounts": 10}, daemon=True)
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"))
-    landing = LandingStore(str(bank_stream.landing_root))
-    stop = threading.Event()
-    errors = []
-
-    def cut_while_streaming():
-        while not stop.is_set():
-            try:
-                cut = stream_cut(bank_stream.store)  # watermark first, then the files
-                if cut is not None and landing.files("BankStream"):
-                    lake.changelog.ingest(landing.files("BankStream"))
-                    lake.apply_cut(cut)
-            except Exception as e:  # surfaced below; the loop must not die silently
-                errors.append(e)
-                return
-            stop.wait(3)
-
-    cutter = threading.Thread(target=cut_while_streaming, daemon=True)
+    cutter = Cutter(lake, LandingStore(str(bank_stream.landing_root)), "BankStream", bank_stream.store)
     writer.start()
     cutter.start()
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
         loop.run_until(bank_stream.finished, timeout_s=WINDOW_SECONDS + 180)
-    stop.set()
-    cutter.join()
     writer.join()
-    assert not errors, errors
-    lake.changelog.ingest(landing.files("BankStream"))
-    lake.apply_cut(stream_cut(bank_stream.store))
+    cutter.stop()  # re-raises a failed background cut, then cuts at the end
 
     manifest = spark.read.format("delta").load(lake.manifest_path)
     cuts = sorted({r.cut_timestamp for r in manifest.select("cut_timestamp").collect()})
