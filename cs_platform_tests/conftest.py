@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable
 
@@ -22,9 +23,9 @@ from google.cloud.spanner_v1.instance import Instance
 from dagster import instance_for_test
 
 from cs_platform.changestream.connection import SpannerTarget
-from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState
+from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.dev.emulator import SpannerEmulator
-from cs_platform.dev.workload import BANK_TABLES_DDL, bank_stream_ddl, create_database, create_instance
+from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
 
 PROJECT = "cs-platform-test"
 INSTANCE = "test-instance"
@@ -130,6 +131,21 @@ class BankStreamSetup:
             "CS_PLATFORM_MAX_PARALLEL_READS": "4",
         }.items():
             self.monkeypatch.setenv(name, value)
+
+    def read_short_window(self, instance, seconds: float = 15) -> tuple[BankWorkload, datetime]:
+        """Commit transfers for ``seconds`` while the sensor loop reads the stream to its end."""
+        from cs_platform.definitions import build_definitions
+        from cs_platform.dev.sensor_loop import SensorLoop
+
+        end = utc_now() + timedelta(seconds=seconds)
+        self.configure(end - timedelta(seconds=seconds), end)
+        workload = BankWorkload(self.bank)
+        writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=4), 30), daemon=True)
+        writer.start()
+        with SensorLoop(build_definitions, instance, "bank_stream_partition_sensor") as loop:
+            loop.run_until(self.finished, timeout_s=seconds + 120)
+        writer.join()
+        return workload, end
 
     def finished(self) -> bool:
         """Every partition FINISHED (the stream reached its end timestamp)."""

@@ -2,33 +2,20 @@
 same landing path, leaves its metadata alone and adds no new changes; a second reader of a live
 partition is refused; settings errors name the setting."""
 
-import threading
-from datetime import timedelta
-
 import pytest
 from dagster import DagsterRun, DagsterRunStatus
 
 from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError
-from cs_platform.changestream.metadata import PartitionState, utc_now
+from cs_platform.changestream.metadata import PartitionState
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.resources import ChangeStreamResource, SpannerResource
-from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.dev.workload import BankWorkload
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.defs.landing_oracle import landed, reads
-from cs_platform_tests.defs.processes import JOB, SENSOR
+from cs_platform_tests.defs.processes import JOB
 
 
 def test_replaying_a_finished_partition_is_idempotent_and_refused_while_another_run_reads(bank_stream, dagster_instance):
-    start = utc_now()
-    end = start + timedelta(seconds=15)
-    bank_stream.configure(start, end)
-    workload = BankWorkload(bank_stream.bank)
-    writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=4), 30), daemon=True)
-    writer.start()
-    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
-        loop.run_until(bank_stream.finished, timeout_s=120)
-    writer.join()
+    bank_stream.read_short_window(dagster_instance)
 
     before = landed(bank_stream.landing_root)
     files_before = set(LandingStore(str(bank_stream.landing_root)).files("BankStream"))

@@ -2,30 +2,15 @@
 and mirrors brings the mirrors to the stream's cut, and the asset checks pass (complete
 transactions, lag, mirrors vs the source read at the cut); materializing again is a no-op cut."""
 
-import threading
-from datetime import timedelta
-
 from dagster import AssetKey, materialize
 
-from cs_platform.changestream.metadata import utc_now
 from cs_platform.definitions import build_definitions
-from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.dev.workload import BankWorkload
-from cs_platform_tests.defs.processes import SENSOR
 
 
 def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
     monkeypatch.setenv("CS_PLATFORM_SPARK_MASTER", "local[2]")
-    start = utc_now()
-    end = start + timedelta(seconds=15)
-    bank_stream.configure(start, end)
-    workload = BankWorkload(bank_stream.bank)
-    writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=4), 30), daemon=True)
-    writer.start()
-    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
-        loop.run_until(bank_stream.finished, timeout_s=120)
-    writer.join()
+    workload, end = bank_stream.read_short_window(dagster_instance)
 
     defs = build_definitions()
     lake_assets = [a for a in defs.assets if AssetKey(["bank_stream", "landed_changes"]) not in a.keys]
