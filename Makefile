@@ -30,6 +30,7 @@ dev: setup check-emulator
 bench: setup check-emulator
 	$(PY) bench/reader_throughput.py
 	$(PY) bench/orchestration_latency.py
+	$(PY) bench/lake_apply.py
 
 clean:
 	rm -rf $(VENV) .demo .pytest_cache

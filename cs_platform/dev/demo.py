@@ -137,6 +137,9 @@ def report_cuts(lake: Lake) -> None:
         print(f"  {cut:%H:%M:%S.%f}Z  {len(balances):>3} accounts, sum {sum(balances):>6}, {transfers:>5} transfers  {verdict}")
         if verdict != "ok":
             raise SystemExit(f"cut {cut}: balances do not sum to {INITIAL_BALANCE} x accounts")
+    committed = manifest.select("cut_timestamp", "committed_at").distinct().orderBy("cut_timestamp").collect()
+    lags = [(r.committed_at - r.cut_timestamp).total_seconds() for r in committed]
+    print(f"cut lag (cut committed - cut timestamp): max {max(lags):.1f}s, last {lags[-1]:.1f}s" if lags else "no cuts")
     print(f"open them together with Lake(spark, {lake.root!r}).mirrors_at_cut(cut)")
 
 
