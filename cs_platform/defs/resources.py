@@ -56,7 +56,9 @@ class ChangeStreamResource(ConfigurableResource):
     soft_timeout_seconds: float = 60.0  # one run reads at most this long, then lands and ends
     max_parallel_reads: int = 8  # reader runs the sensor keeps in flight
     stale_run_seconds: float = 900.0  # an unfinished run older than this is presumed dead
-    retry_backoff_seconds: float = 5.0  # first pause before re-launching a read that made no progress
+    # First pause before re-launching a read that made no progress (then doubled). Keep it above the
+    # time a launched run takes to show up in the instance, or a slow start looks like a failure.
+    retry_backoff_seconds: float = 30.0
 
     def validated(self) -> "ChangeStreamResource":
         """Fail early, naming the setting, before anything touches Spanner."""

@@ -23,7 +23,7 @@ from cs_platform.dev.workload import BankWorkload
 from cs_platform_tests.defs.landing_oracle import assert_no_loss, reads
 from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
 
-WINDOW_SECONDS = 30
+WINDOW_SECONDS = 45
 STALE_RUN_SECONDS = 6
 
 
@@ -32,7 +32,7 @@ def start_bank(bank_stream):
     end = start + timedelta(seconds=WINDOW_SECONDS)
     bank_stream.configure(start, end, soft_timeout_s=2, stale_run_s=STALE_RUN_SECONDS)
     workload = BankWorkload(bank_stream.bank)
-    writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=6), 40), daemon=True)
+    writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=8), 40), daemon=True)
     writer.start()
     return end, workload, writer
 
