@@ -38,11 +38,12 @@ def start_bank(bank_stream):
 
 
 def reading_partitions(bank_stream, loop):
-    """Partitions being read (SCHEDULED/RUNNING) once in-flight runs ended; ticks until there are some."""
+    """Every live partition, all of them SCHEDULED/RUNNING with no run in flight: the one the
+    emulator puts all data in is among them. Ticks until no child waits to be scheduled."""
     while True:
         loop.wait_for_runs()
         found = bank_stream.store.in_states([PartitionState.SCHEDULED, PartitionState.RUNNING])
-        if found:
+        if found and not bank_stream.store.schedulable():
             return found
         assert not bank_stream.finished(), "the stream ended before the crash could be staged"
         loop.tick()
