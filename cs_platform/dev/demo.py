@@ -14,7 +14,6 @@ every cut's Accounts mirror against the bank invariant. Afterwards
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import threading
@@ -29,6 +28,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, lineage, u
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.cutter import Cutter
+from cs_platform.dev.oracle import committed, landed
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.cuts import Lake
@@ -100,27 +100,17 @@ class Progress:
 
 
 def report(store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorkload, landing: LandingStore, end) -> None:
-    rows = landing.read(STREAM).to_pylist()
-    identities = {(r["server_transaction_id"], r["record_sequence"], r["mod_index"]) for r in rows}
-    seen = Counter(
-        (r["table_name"], r["keys"], r["mod_type"])
-        for r in {(r["server_transaction_id"], r["record_sequence"], r["mod_index"]): r for r in rows}.values()
-    )
-    expected = Counter(
-        (m.table, json.dumps(json.loads(m.keys), separators=(",", ":")), m.mod_type)
-        for t in workload.committed
-        if t.commit_timestamp <= end
-        for m in t.mods
-    )
+    result = landed(landing, STREAM)
+    expected = committed(workload, end)
     crossed = lineage(store.all())
     print(
         f"\n{sum(1 for t in workload.committed if t.commit_timestamp <= end)} transactions committed in the window; "
-        f"{len(identities)} mods landed in {len(landing.files(STREAM))} files ({len(rows) - len(identities)} duplicates); "
+        f"{sum(result.mods.values())} mods landed in {result.files} files ({result.duplicates} duplicates); "
         f"{crossed.partitions} partitions ({crossed.splits} splits, {crossed.merges} merges); "
         f"{loop.stats.launched} runs launched by {loop.stats.ticks} sensor ticks, {loop.stats.failed} failed"
     )
-    if seen != expected:
-        raise SystemExit(f"MISMATCH: missing {expected - seen}, unexpected {seen - expected}")
+    if result.mods != expected:
+        raise SystemExit(f"MISMATCH: missing {expected - result.mods}, unexpected {result.mods - expected}")
     print("every committed mod landed: landing == source")
 
 

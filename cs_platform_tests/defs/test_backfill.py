@@ -10,14 +10,15 @@ from cs_platform.changestream.metadata import PartitionState
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.resources import ChangeStreamResource, SpannerResource
 from cs_platform.landing.store import LandingStore
-from cs_platform_tests.defs.landing_oracle import landed, reads
+from cs_platform.dev.oracle import landed
+from cs_platform_tests.defs.landing_oracle import reads
 from cs_platform_tests.defs.processes import JOB
 
 
 def test_replaying_a_finished_partition_is_idempotent_and_refused_while_another_run_reads(bank_stream, dagster_instance):
     bank_stream.read_short_window(dagster_instance)
 
-    before = landed(bank_stream.landing_root)
+    before = landed(LandingStore(str(bank_stream.landing_root)), "BankStream")
     files_before = set(LandingStore(str(bank_stream.landing_root)).files("BankStream"))
     history = reads(dagster_instance)
     key = max({r.partition_key for r in history}, key=lambda k: sum(r.records for r in history if r.partition_key == k))
@@ -36,7 +37,7 @@ def test_replaying_a_finished_partition_is_idempotent_and_refused_while_another_
         replayed_mods = materialization.metadata["mods"].value
     assert paths[0] == paths[1]  # the second replay rewrote the first one's file
     assert bank_stream.store.get_by_key(key) == partition  # watermark, state, timestamps untouched
-    after = landed(bank_stream.landing_root)
+    after = landed(LandingStore(str(bank_stream.landing_root)), "BankStream")
     assert after.mods == before.mods  # no change appears twice after de-duplication by identity
     # One read covering the whole range lands at the original file's path (rewritten in place);
     # otherwise the replay adds one file whose rows are all duplicates by identity.
