@@ -14,6 +14,7 @@ effects, see ``mirrors``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -44,7 +45,8 @@ class Lake:
 
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark
-        self.root = root.rstrip("/")
+        # `ALTER TABLE delta.`<path>`` needs an absolute path; a relative local root would fail there.
+        self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
         self.changelog = Changelog(spark, f"{self.root}/changelog")
 
     @property
