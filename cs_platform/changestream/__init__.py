@@ -8,6 +8,7 @@ Modelled on Apache Beam's SpannerIO change-stream connector, one module per resp
 - ``query``     the change stream query statement, identifier and argument validation
 - ``metadata``  the partition metadata table: states, children, watermarks
 - ``reader``    read one partition until a deadline -> a batch with a safe watermark
+- ``tail``      how a read follows the live end: one streaming query, or polled past windows
 - ``errors``    named errors, transient (retry) vs terminal (stop)
 - ``connection`` where the Spanner database is (emulator or Cloud Spanner)
 """

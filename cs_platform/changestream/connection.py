@@ -16,6 +16,7 @@ from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.errors import CredentialsError, DatabaseNotFoundError
 from cs_platform.changestream.query import Dialect
+from cs_platform.changestream.tail import POLLING, STREAMING, LiveTail
 
 MULTIPLEXED_RW_ENV = "GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW"
 
@@ -28,6 +29,11 @@ class SpannerTarget:
     instance: str
     database: str
     emulator_host: str | None = None
+
+    @property
+    def live_tail(self) -> LiveTail:
+        """Stream from Cloud Spanner; poll past windows from the emulator (see ``tail``)."""
+        return POLLING if self.emulator_host else STREAMING
 
     def client(self) -> spanner.Client:
         if self.emulator_host:

@@ -3,7 +3,9 @@
 Beam's ``ReadChangeStreamPartitionDoFn`` + ``QueryChangeStreamAction``, minus the runner. The soft
 deadline is passed to Spanner as the query's end timestamp: the server then ends the query cleanly
 at the deadline having returned every record up to it, so the batch ends on an exact, safe
-watermark instead of wherever a cancelled stream happened to stop.
+watermark instead of wherever a cancelled stream happened to stop. On the emulator the same range is
+read as polled windows that are already past (``tail.LiveTail``; the emulator drops commits on its
+internal scan boundaries when it streams).
 
 The returned watermark W keeps DESIGN invariant 2: every record of this partition with
 commit_timestamp <= W is in the batch. While streaming, W is the latest heartbeat, or just below the
@@ -53,6 +55,7 @@ from cs_platform.changestream.records import (
     DataChangeRecord,
     HeartbeatRecord,
 )
+from cs_platform.changestream.tail import STREAMING, LiveTail
 
 log = logging.getLogger(__name__)
 
@@ -161,11 +164,13 @@ class PartitionReader:
         query: ChangeStreamQuery,
         metadata: PartitionMetadataStore,
         retry: RetryPolicy = RetryPolicy(),
+        tail: LiveTail = STREAMING,
     ) -> None:
         self.database = database
         self.query = query
         self.metadata = metadata
         self.retry = retry
+        self.tail = tail
 
     def read(self, partition: PartitionMetadata, soft_timeout: timedelta) -> PartitionBatch:
         """Read ``partition`` from just after its watermark for at most ``soft_timeout``."""
@@ -187,28 +192,24 @@ class PartitionReader:
     def _read(
         self, partition: PartitionMetadata, query_start: datetime, query_end: datetime, watermark: datetime
     ) -> PartitionBatch:
+        """Query ``[query_start, query_end]``: in one streaming query, or in polled windows (``tail``)."""
         token = partition.token
         progress = _Progress(watermark=watermark)
         read_started_at, began = utc_now(), time.monotonic()
-        attempt = 0
+        retries = 0
         while True:
-            start = max(query_start, progress.watermark + ONE_MICROSECOND)
-            try:
-                for record in self._records(partition, start, query_end):
-                    if progress.first_response_s is None:
-                        progress.first_response_s = time.monotonic() - began
-                    self._apply(partition, record, progress)
+            window_end = self.tail.window_end(utc_now(), query_end)
+            if window_end >= max(query_start, progress.watermark + ONE_MICROSECOND):
+                retries += self._query(partition, query_start, window_end, progress, began)
+                if self._window_done(partition, progress, window_end):
+                    break
+            if window_end >= query_end:
                 break
-            except TransientError as e:
-                attempt += 1
-                if attempt >= self.retry.max_attempts:
-                    raise
-                progress.drop_unsafe_records()
-                pause = self.retry.backoff(attempt)
-                log.warning("[%s] %s; retry %d in %.1fs from %s", _short(token), e, attempt, pause, start)
-                time.sleep(pause)
+            time.sleep(self.tail.pause_s(utc_now(), query_end))
 
-        finished = self._finish(partition, progress, query_end)
+        finished = bool(progress.children) or (
+            partition.end_timestamp is not None and progress.watermark >= partition.end_timestamp
+        )
         batch = PartitionBatch(
             partition_token=token,
             query_start=query_start,
@@ -218,7 +219,7 @@ class PartitionReader:
             watermark=progress.watermark,
             finished=finished,
             heartbeats=progress.heartbeats,
-            retries=attempt,
+            retries=retries,
             read_started_at=read_started_at,
             first_response_s=progress.first_response_s,
         )
@@ -234,21 +235,45 @@ class PartitionReader:
         )
         return batch
 
-    def _finish(self, partition: PartitionMetadata, progress: _Progress, query_end: datetime) -> bool:
-        """The query completed normally: decide the final watermark and whether the partition ended."""
+    def _query(
+        self, partition: PartitionMetadata, query_start: datetime, query_end: datetime, progress: _Progress, began: float
+    ) -> int:
+        """Run one query to completion, retrying transient failures from the safe watermark.
+
+        Returns the number of retries."""
+        attempt = 0
+        while True:
+            start = max(query_start, progress.watermark + ONE_MICROSECOND)
+            try:
+                for record in self._records(partition, start, query_end):
+                    if progress.first_response_s is None:
+                        progress.first_response_s = time.monotonic() - began
+                    self._apply(partition, record, progress)
+                return attempt
+            except TransientError as e:
+                attempt += 1
+                if attempt >= self.retry.max_attempts:
+                    raise
+                progress.drop_unsafe_records()
+                pause = self.retry.backoff(attempt)
+                log.warning("[%s] %s; retry %d in %.1fs from %s", _short(partition.token), e, attempt, pause, start)
+                time.sleep(pause)
+
+    def _window_done(self, partition: PartitionMetadata, progress: _Progress, window_end: datetime) -> bool:
+        """A query up to ``window_end`` completed: advance the watermark; True if the partition ended."""
         if progress.children:
             # Every record of this partition precedes its children's start.
             progress.watermark = max(progress.watermark, progress.child_start - ONE_MICROSECOND)
             return True
-        if utc_now() + CLOCK_SKEW_ALLOWANCE < query_end:
+        if utc_now() + CLOCK_SKEW_ALLOWANCE < window_end:
             raise PartitionEndedWithoutChildrenError(
                 f"the query for partition {_short(partition.token)} of stream {self.query.stream_name} "
-                f"ended before its end timestamp {query_end.isoformat()} without reporting child partitions; "
+                f"ended before its end timestamp {window_end.isoformat()} without reporting child partitions; "
                 "not marking it finished (records would be lost). Re-run the read; report it if it repeats."
             )
         # A completed query has returned every record up to its end timestamp.
-        progress.watermark = max(progress.watermark, query_end)
-        return partition.end_timestamp is not None and query_end >= partition.end_timestamp
+        progress.watermark = max(progress.watermark, window_end)
+        return False
 
     def _apply(self, partition: PartitionMetadata, record: ChangeRecord, progress: _Progress) -> None:
         if isinstance(record, DataChangeRecord):

@@ -100,7 +100,7 @@ class ChangeStreamResource(ConfigurableResource):
     def reader(self) -> PartitionReader:
         source = self.source_database()
         query = ChangeStreamQuery(self.stream_name, database_dialect(source), self.heartbeat_millis)
-        return PartitionReader(source, query, self.metadata_store())
+        return PartitionReader(source, query, self.metadata_store(), tail=self.spanner.target().live_tail)
 
 
 class LandingResource(ConfigurableResource):

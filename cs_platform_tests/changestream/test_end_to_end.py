@@ -10,6 +10,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionS
 from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.runner import LocalRunner
+from cs_platform.changestream.tail import POLLING
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 
 WINDOW_SECONDS = 50
@@ -39,7 +40,7 @@ class ChangeLog:
 def test_no_loss_through_splits_and_merges_with_concurrent_writer(make_database, metadata_database):
     bank = make_database(BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
     store = PartitionMetadataStore(metadata_database, "BankStreamMetadata")
-    reader = PartitionReader(bank, ChangeStreamQuery("BankStream", heartbeat_millis=500), store)
+    reader = PartitionReader(bank, ChangeStreamQuery("BankStream", heartbeat_millis=500), store, tail=POLLING)
     changelog = ChangeLog()
     start = utc_now()
 

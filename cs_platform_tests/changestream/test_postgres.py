@@ -11,6 +11,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionS
 from cs_platform.changestream.query import ChangeStreamQuery, Dialect
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.runner import LocalRunner
+from cs_platform.changestream.tail import POLLING
 
 PG_DDL = [
     "CREATE TABLE orders (order_id bigint NOT NULL, customer varchar, total numeric, details jsonb, PRIMARY KEY (order_id))",
@@ -43,7 +44,9 @@ def test_postgres_end_to_end_through_churn(make_database, metadata_database):
     writer = threading.Thread(target=write)
     writer.start()
     store = PartitionMetadataStore(metadata_database, "OrderStreamMetadata")
-    reader = PartitionReader(db, ChangeStreamQuery("order_stream", Dialect.POSTGRESQL, heartbeat_millis=500), store)
+    reader = PartitionReader(
+        db, ChangeStreamQuery("order_stream", Dialect.POSTGRESQL, heartbeat_millis=500), store, tail=POLLING
+    )
     landed = {}
 
     def land(batch):
