@@ -20,10 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from datetime import timedelta
@@ -35,6 +32,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionS
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.change_stream import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, SpannerResource
+from cs_platform.dev.dagster_dev import start_dagster_dev, stop_dagster_dev
 from cs_platform.dev.embedded import INSTANCE, PROJECT, STREAM, embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.sensor_loop import SensorLoop
@@ -42,7 +40,6 @@ from cs_platform.dev.workload import BankWorkload
 
 NAMES = ChangeStreamNames(STREAM)
 JOB, ASSET = NAMES.job, NAMES.asset_key
-REPO = Path(__file__).resolve().parents[1]
 
 
 def quantiles(values: list[float]) -> str:
@@ -134,18 +131,14 @@ def run_daemon(seconds: int) -> tuple[dict, list[float]]:
         threading.Thread(target=workload.run_until, args=(start + timedelta(seconds=seconds + 60), 20), daemon=True).start()
         port = free_loopback_port()
         log = open(bank.workdir / "dagster_dev.log", "wb")
-        dev = subprocess.Popen(
-            [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        )
+        dev = start_dagster_dev(port, log)
         try:
             time.sleep(seconds)
             base = baseline(store)
             with DagsterInstance.get() as instance:
                 result = figures(instance, store)
         finally:
-            os.killpg(dev.pid, signal.SIGTERM)
-            dev.wait(timeout=60)
+            stop_dagster_dev(dev)
         return result, base
 
 

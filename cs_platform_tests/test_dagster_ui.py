@@ -6,11 +6,8 @@ the webserver must then show the asset, the sensor, the dynamic partitions and t
 A screenshot of the asset page is left in the test's temp directory (never in git).
 """
 
-import os
 import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -21,11 +18,11 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from cs_platform.changestream.metadata import utc_now
+from cs_platform.dev.dagster_dev import start_dagster_dev, stop_dagster_dev
 from cs_platform.dev.embedded import DAGSTER_YAML
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.workload import BankWorkload
 
-REPO = Path(__file__).resolve().parents[1]
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -82,13 +79,7 @@ def test_dagster_dev_shows_asset_sensor_partitions_and_runs(bank_stream, tmp_pat
     port = free_loopback_port()
     base = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "dagster_dev.log", "wb")
-    dev = subprocess.Popen(
-        [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    dev = start_dagster_dev(port, log)
     try:
         wait_until(lambda: serving(f"{base}/server_info"), 180, "dagster dev webserver")
         with DagsterInstance.get() as instance:
@@ -108,10 +99,5 @@ def test_dagster_dev_shows_asset_sensor_partitions_and_runs(bank_stream, tmp_pat
         assert "bank_stream_read_partition" in runs_page and "Success" in runs_page
         print(f"UI checked; screenshot at {tmp_path / 'asset.png'}")
     finally:
-        os.killpg(dev.pid, signal.SIGTERM)
-        try:
-            dev.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(dev.pid, signal.SIGKILL)
-            dev.wait()
+        stop_dagster_dev(dev)
         log.close()
