@@ -29,6 +29,7 @@ dev: setup check-emulator
 
 bench: setup check-emulator
 	$(PY) bench/reader_throughput.py
+	$(PY) bench/live_tail_latency.py
 	$(PY) bench/orchestration_latency.py
 	$(PY) bench/lake_apply.py
 
