@@ -29,6 +29,10 @@ from cs_platform.lake.mirrors import apply_changes, version
 class IncompleteTransactionsError(RuntimeError):
     """Transactions under the cut lack records: data was lost upstream; nothing was applied."""
 
+    def __init__(self, message: str, missing: list[tuple[str, int, int]]) -> None:
+        super().__init__(message)
+        self.missing = missing  # (transaction id, records seen, records expected)
+
 
 @dataclass(frozen=True)
 class CutResult:
@@ -85,7 +89,8 @@ class Lake:
                 f"{len(missing)} transactions committed in ({previous}, {cut}] are incomplete in the changelog: "
                 f"{sample}. The cut was not applied. Either the cut is above the low watermark, or landing "
                 "files were not ingested: ingest them and retry; if it persists, re-read the partitions "
-                "(re-materialize them) from before these commits."
+                "(re-materialize them) from before these commits.",
+                missing,
             )
         changes = self.changes(previous, cut).cache()
         try:
@@ -95,7 +100,7 @@ class Lake:
             counts = changes.agg(F.countDistinct("server_transaction_id"), F.count("*")).first()
         finally:
             changes.unpersist()
-        known = set(tables) | (set(self.mirrors_at_cut(previous)) if previous is not None else set())
+        known = set(tables) | ({r.table_name for r in self._manifest_rows(previous)} if previous is not None else set())
         versions = {table: version(self.spark, self.mirror_path(table)) for table in sorted(known)}
         rows = [(cut, previous, table, v, counts[0], counts[1]) for table, v in versions.items()]
         schema = "cut_timestamp timestamp, previous_cut timestamp, table_name string, mirror_version long, transactions long, mods long"
@@ -106,15 +111,19 @@ class Lake:
 
     def mirrors_at_cut(self, cut: datetime | None = None) -> dict[str, DataFrame]:
         """Every mirror as of one cut (the latest if None): a transaction-consistent snapshot."""
-        manifest = self.spark.read.format("delta").load(self.manifest_path)
-        cut = cut or _utc(manifest.agg(F.max("cut_timestamp")).first()[0])
-        rows = manifest.where(F.col("cut_timestamp") == F.lit(cut)).collect()
-        if not rows:
-            raise KeyError(f"no cut at {cut} in {self.manifest_path}")
         return {
             r.table_name: self.spark.read.format("delta").option("versionAsOf", r.mirror_version).load(self.mirror_path(r.table_name))
-            for r in rows
+            for r in self._manifest_rows(cut)
         }
+
+    def _manifest_rows(self, cut: datetime | None) -> list:
+        """(table_name, mirror_version) of each mirror at one cut (the latest if None)."""
+        manifest = self.spark.read.format("delta").load(self.manifest_path)
+        cut = cut or _utc(manifest.agg(F.max("cut_timestamp")).first()[0])
+        rows = manifest.where(F.col("cut_timestamp") == F.lit(cut)).select("table_name", "mirror_version").collect()
+        if not rows:
+            raise KeyError(f"no cut at {cut} in {self.manifest_path}")
+        return rows
 
 
 def _plain(value: datetime) -> datetime:

@@ -79,8 +79,9 @@ def test_transaction_spread_over_partitions_is_applied_only_when_complete_and_un
     assert first.applied and first.transactions == 2 and balances(lake) == {"A": 1000, "B": 1000}
     assert "Transfers" not in lake.mirrors_at_cut()
     # A cut above the low watermark finds the incomplete transfer and applies nothing.
-    with pytest.raises(IncompleteTransactionsError, match=r"xfer \(2/3 records\)"):
+    with pytest.raises(IncompleteTransactionsError, match=r"xfer \(2/3 records\)") as incomplete:
         lake.apply_cut(t1)
+    assert incomplete.value.missing == [("xfer", 2, 3)]  # what the mirrors asset's check reports
     assert lake.last_cut() == t1 - US
 
     land(store, "part2", row, watermark=t1)
