@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from cs_platform.dev.workload import BankWorkload
+from cs_platform.landing.rows import IDENTITY
 from cs_platform.landing.store import LandingStore
 
 
@@ -26,7 +27,7 @@ def landed(store: LandingStore, stream: str) -> Landed:
     records_per_txn: dict[str, set[str]] = defaultdict(set)
     expected: dict[str, int] = {}
     for r in rows:
-        identity = (r["server_transaction_id"], r["record_sequence"], r["mod_index"])
+        identity = tuple(r[c] for c in IDENTITY)
         keys = json.dumps(json.loads(r["keys"]), sort_keys=True)
         unique[identity] = (r["table_name"], keys, r["mod_type"], r["commit_timestamp"])
         records_per_txn[r["server_transaction_id"]].add(r["record_sequence"])

@@ -13,7 +13,7 @@ from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-IDENTITY = ("server_transaction_id", "record_sequence", "mod_index")
+from cs_platform.landing.rows import IDENTITY
 
 
 class Changelog:

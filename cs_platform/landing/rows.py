@@ -36,7 +36,7 @@ LANDING_SCHEMA = pa.schema(
     ]
 )
 
-IDENTITY = ("server_transaction_id", "record_sequence", "mod_index")
+IDENTITY = ("server_transaction_id", "record_sequence", "mod_index")  # one change; the changelog merges on it
 
 
 def _column_types_json(column_types: tuple[ColumnType, ...]) -> str:
