@@ -95,13 +95,16 @@ class Lake:
         changes = self.changes(previous, cut).cache()
         try:
             tables = sorted(r.table_name for r in changes.select("table_name").distinct().collect())
-            for table in tables:
-                apply_changes(self.spark, self.mirror_path(table), changes.where(F.col("table_name") == table))
+            versions = {
+                table: apply_changes(self.spark, self.mirror_path(table), changes.where(F.col("table_name") == table))
+                for table in tables
+            }
             counts = changes.agg(F.countDistinct("server_transaction_id"), F.count("*")).first()
         finally:
             changes.unpersist()
-        known = set(tables) | ({r.table_name for r in self._manifest_rows(previous)} if previous is not None else set())
-        versions = {table: version(self.spark, self.mirror_path(table)) for table in sorted(known)}
+        untouched = {r.table_name for r in self._manifest_rows(previous)} - set(tables) if previous is not None else set()
+        versions.update({table: version(self.spark, self.mirror_path(table)) for table in untouched})
+        versions = dict(sorted(versions.items()))
         rows = [(cut, previous, table, v, counts[0], counts[1]) for table, v in versions.items()]
         schema = "cut_timestamp timestamp, previous_cut timestamp, table_name string, mirror_version long, transactions long, mods long"
         self.spark.createDataFrame(rows, schema).withColumn("committed_at", F.current_timestamp()).write.format(
