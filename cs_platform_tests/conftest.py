@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -26,6 +28,12 @@ from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.dev.emulator import SpannerEmulator
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
+
+# PySpark hands TIMESTAMPs back as naive datetimes in the local time zone: the whole suite runs
+# west of UTC (and the cut tests east of it too, see ``local_time_zone``) so a UTC assumption fails.
+SESSION_TIME_ZONE = "America/Los_Angeles"
+os.environ["TZ"] = SESSION_TIME_ZONE
+time.tzset()
 
 PROJECT = "cs-platform-test"
 INSTANCE = "test-instance"
@@ -68,6 +76,16 @@ def metadata_database(make_database) -> Database:
     return make_database([])
 
 
+@pytest.fixture(params=[SESSION_TIME_ZONE, "Europe/Berlin"])
+def local_time_zone(request, monkeypatch):
+    """Run a test once west and once east of UTC (with daylight saving time both)."""
+    monkeypatch.setenv("TZ", request.param)
+    time.tzset()
+    yield request.param
+    monkeypatch.setenv("TZ", SESSION_TIME_ZONE)
+    time.tzset()
+
+
 @pytest.fixture(autouse=True)
 def _quiet_grpc_logs():
     logging.getLogger("google").setLevel(logging.WARNING)
@@ -97,7 +115,7 @@ def bank_stream(make_database, metadata_database, emulator, tmp_path, monkeypatc
     """A bank database with stream BankStream, and the environment ``cs_platform.definitions`` reads,
     pointing at it; call ``configure`` to set the time window and timing knobs."""
     bank = make_database(BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
-    setup = BankStreamSetup(bank, metadata_database, tmp_path / "landing", monkeypatch)
+    setup = BankStreamSetup(bank, metadata_database, tmp_path / "landing", monkeypatch, emulator.host)
     monkeypatch.setenv("CS_PLATFORM_SPANNER_PROJECT", PROJECT)
     monkeypatch.setenv("CS_PLATFORM_SPANNER_INSTANCE", INSTANCE)
     monkeypatch.setenv("CS_PLATFORM_SPANNER_DATABASE", bank.database_id)
@@ -114,6 +132,11 @@ class BankStreamSetup:
     metadata: Database
     landing_root: Path
     monkeypatch: pytest.MonkeyPatch
+    emulator_host: str
+
+    @property
+    def target(self) -> SpannerTarget:
+        return SpannerTarget(PROJECT, INSTANCE, self.bank.database_id, self.emulator_host)
 
     @property
     def store(self) -> PartitionMetadataStore:

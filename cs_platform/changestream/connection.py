@@ -6,6 +6,7 @@ The same reader code runs against both; only this address differs.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 
 from google.api_core import exceptions as gexc
@@ -14,7 +15,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import spanner
 from google.cloud.spanner_v1.database import Database
 
-from cs_platform.changestream.errors import CredentialsError, DatabaseNotFoundError
+from cs_platform.changestream.errors import CredentialsError, DatabaseNotFoundError, SpannerUnreachableError
 from cs_platform.changestream.query import Dialect
 from cs_platform.changestream.tail import POLLING, STREAMING, LiveTail
 
@@ -29,6 +30,7 @@ class SpannerTarget:
     instance: str
     database: str
     emulator_host: str | None = None
+    timeout_s: float = 20.0  # deadline of the calls that find the database (CS_PLATFORM_SPANNER_TIMEOUT_SECONDS)
 
     @property
     def live_tail(self) -> LiveTail:
@@ -55,19 +57,39 @@ class SpannerTarget:
                 "service account key file (or set SPANNER_EMULATOR_HOST to use the emulator)"
             ) from e
 
+    @property
+    def where(self) -> str:
+        return f"the Spanner emulator at {self.emulator_host} (SPANNER_EMULATOR_HOST)" if self.emulator_host else "Cloud Spanner"
+
+    def _probe_emulator(self) -> None:
+        """Fail at once, naming the setting, when nothing listens at the emulator's address (the
+        client would otherwise retry UNAVAILABLE for up to an hour)."""
+        host, _, port = self.emulator_host.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=min(self.timeout_s, 5)):
+                return
+        except (OSError, ValueError) as e:
+            raise SpannerUnreachableError(
+                f"nothing answers at SPANNER_EMULATOR_HOST={self.emulator_host!r} ({e}): start the emulator there, "
+                "fix SPANNER_EMULATOR_HOST, or unset it to use Cloud Spanner"
+            ) from e
+
     def connect(self, client: spanner.Client | None = None) -> Database:
-        """Return the database handle, failing clearly if the instance or database does not exist."""
+        """Return the database handle, failing clearly if the instance or database does not exist,
+        and within ``timeout_s`` if Spanner cannot be reached."""
+        if self.emulator_host:
+            self._probe_emulator()
         client = client or self.client()
         instance = client.instance(self.instance)
         try:
-            if not instance.exists():
+            if not self._found(lambda: client.instance_admin_api.get_instance(name=instance.name, timeout=self.timeout_s)):
                 raise DatabaseNotFoundError(
                     f"Spanner instance {self.instance!r} does not exist in project {self.project!r}"
                     f"{' on emulator ' + self.emulator_host if self.emulator_host else ''}: create it or fix "
                     "the instance setting"
                 )
             database = instance.database(self.database)
-            if not database.exists():
+            if not self._found(lambda: client.database_admin_api.get_database(name=database.name, timeout=self.timeout_s)):
                 raise DatabaseNotFoundError(
                     f"Spanner database {self.database!r} does not exist in instance {self.instance!r}: "
                     "create it or fix the database setting"
@@ -79,6 +101,19 @@ class SpannerTarget:
             ) from e
         database.reload()
         return database
+
+    def _found(self, call) -> bool:
+        """Whether the admin ``call`` finds its resource; unreachable within the deadline is an error."""
+        try:
+            call()
+        except gexc.NotFound:
+            return False
+        except (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.RetryError) as e:
+            raise SpannerUnreachableError(
+                f"{self.where} did not answer within {self.timeout_s:g}s ({type(e).__name__}): check the address and "
+                "network, or raise CS_PLATFORM_SPANNER_TIMEOUT_SECONDS"
+            ) from e
+        return True
 
 
 def database_dialect(database: Database) -> Dialect:

@@ -28,6 +28,10 @@ class InvalidArgumentError(TerminalError, ValueError):
     """Raised when a query argument (heartbeat, timestamps) is outside what Spanner accepts."""
 
 
+class SettingsDriftError(TerminalError):
+    """Raised when a configured start or end differs from the one the stream was started with."""
+
+
 class UnknownChangeStreamError(TerminalError):
     """Raised when the database has no change stream of the configured name."""
 
@@ -42,6 +46,10 @@ class InvalidPartitionTokenError(TerminalError):
 
 class DatabaseNotFoundError(TerminalError):
     """Raised when the configured instance or database does not exist."""
+
+
+class SpannerUnreachableError(TerminalError):
+    """Raised when Spanner (or the emulator) does not answer at the configured address in time."""
 
 
 class CredentialsError(TerminalError):

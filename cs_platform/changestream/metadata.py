@@ -31,8 +31,8 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 from google.cloud.spanner_v1.database import Database
 
-from cs_platform.changestream.errors import InvalidArgumentError, PartitionNotFoundError
-from cs_platform.changestream.query import validate_heartbeat_millis, validate_identifier
+from cs_platform.changestream.errors import InvalidArgumentError, PartitionNotFoundError, SettingsDriftError
+from cs_platform.changestream.query import quote_identifier, validate_heartbeat_millis, validate_identifier
 from cs_platform.changestream.records import ChildPartitionsRecord
 
 log = logging.getLogger(__name__)
@@ -136,14 +136,16 @@ class PartitionMetadata:
 class PartitionMetadataStore:
     """Reads and writes the partition metadata table of one change stream."""
 
-    def __init__(self, database: Database, table_name: str) -> None:
+    def __init__(self, database: Database, table_name: str, timeout_s: float = 30.0) -> None:
         self.database = database
+        self.timeout_s = timeout_s  # deadline of each metadata query: a tick never hangs on Spanner
         self.table = validate_identifier(table_name, "metadata table name")
+        self._sql_table = quote_identifier(table_name, "metadata table name")  # the name as SQL spells it
 
     # ------------------------------------------------------------------------------ schema
 
     def ddl(self) -> list[str]:
-        t = self.table
+        t, name = self._sql_table, self.table
         return [
             f"""CREATE TABLE {t} (
                 PartitionToken STRING(MAX) NOT NULL,
@@ -159,8 +161,8 @@ class PartitionMetadataStore:
                 RunningAt TIMESTAMP OPTIONS (allow_commit_timestamp=true),
                 FinishedAt TIMESTAMP OPTIONS (allow_commit_timestamp=true)
             ) PRIMARY KEY (PartitionToken)""",
-            f"CREATE INDEX {t}ByState ON {t}(State)",
-            f"CREATE UNIQUE INDEX {t}ByKey ON {t}(PartitionKey)",
+            f"CREATE INDEX `{name}ByState` ON {t}(State)",
+            f"CREATE UNIQUE INDEX `{name}ByKey` ON {t}(PartitionKey)",
         ]
 
     def table_exists(self) -> bool:
@@ -170,6 +172,7 @@ class PartitionMetadataStore:
                     "SELECT 1 FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @t",
                     params={"t": self.table},
                     param_types={"t": param_types.STRING},
+                    timeout=self.timeout_s,
                 )
             )
         return bool(rows)
@@ -190,33 +193,45 @@ class PartitionMetadataStore:
 
     # ---------------------------------------------------------------------------- writes
 
-    def initialize(self, start: datetime, end: datetime | None, heartbeat_millis: int) -> bool:
-        """Create the table if needed and insert the initial partition once. True if inserted."""
+    def initialize(self, start: datetime | None, end: datetime | None, heartbeat_millis: int) -> bool:
+        """Create the table if needed and insert the initial partition once. True if inserted.
+
+        ``start`` None means "now" for a new table and "whatever it has" for an existing one. A
+        configured start or end that differs from the existing table's is an error naming both:
+        silently keeping the old one would read a range the user no longer asked for.
+        """
         validate_heartbeat_millis(heartbeat_millis)
-        if end is not None and end < start:
+        if end is not None and start is not None and end < start:
             raise InvalidArgumentError(f"end timestamp {end} is before start timestamp {start}")
         self.create_table_if_missing()
         initial = PartitionMetadata(
             token=INITIAL_PARTITION_TOKEN,
             parent_tokens=(),
-            start_timestamp=start,
+            start_timestamp=start or utc_now(),
             end_timestamp=end,
             heartbeat_millis=heartbeat_millis,
             state=PartitionState.CREATED,
-            watermark=start - ONE_MICROSECOND,
+            watermark=(start or utc_now()) - ONE_MICROSECOND,
         )
-        inserted = self.database.run_in_transaction(self._insert_missing, [initial])
-        if not inserted:
-            existing = self.get(INITIAL_PARTITION_TOKEN)
-            if existing.start_timestamp != start:
-                log.warning(
-                    "metadata table %s was initialized with start %s; keeping it (configured start %s is "
-                    "ignored: drop the table to start over)",
-                    self.table,
-                    existing.start_timestamp,
-                    start,
-                )
-        return bool(inserted)
+        if initial.end_timestamp is not None and initial.end_timestamp < initial.start_timestamp:
+            raise InvalidArgumentError(f"end timestamp {end} is before start timestamp {initial.start_timestamp}")
+        if self.database.run_in_transaction(self._insert_missing, [initial]):
+            return True
+        existing = self.get(INITIAL_PARTITION_TOKEN)
+        drift = [
+            f"{setting}={configured.isoformat()} but metadata table {self.table} has {kept.isoformat() if kept else 'none'}"
+            for setting, configured, kept in (
+                ("CS_PLATFORM_START_TIMESTAMP", start, existing.start_timestamp),
+                ("CS_PLATFORM_END_TIMESTAMP", end, existing.end_timestamp),
+            )
+            if configured is not None and configured != kept
+        ]
+        if drift:
+            raise SettingsDriftError(
+                f"the stream was started with other settings: {'; '.join(drift)}. Set them back to the table's "
+                "values, or reset the stream to start over with the new ones (python -m cs_platform.reset, see README)"
+            )
+        return False
 
     def add_children(self, record: ChildPartitionsRecord, end: datetime | None, heartbeat_millis: int) -> int:
         """Insert the record's children as CREATED unless present. Returns how many were new."""
@@ -269,7 +284,7 @@ class PartitionMetadataStore:
     def _transition(self, transaction, tokens: list[str], to: PartitionState) -> int:
         sources, stamp = _TRANSITIONS[to]
         return transaction.execute_update(
-            f"UPDATE {self.table} SET State = @to, {stamp} = PENDING_COMMIT_TIMESTAMP() "
+            f"UPDATE {self._sql_table} SET State = @to, {stamp} = PENDING_COMMIT_TIMESTAMP() "
             "WHERE PartitionToken IN UNNEST(@tokens) AND State IN UNNEST(@sources)",
             params={"to": to.value, "tokens": tokens, "sources": [s.value for s in sources]},
             param_types={
@@ -287,13 +302,13 @@ class PartitionMetadataStore:
 
         def work(tx) -> None:
             updated = tx.execute_update(
-                f"UPDATE {self.table} SET Watermark = @w WHERE PartitionToken = @p AND Watermark < @w",
+                f"UPDATE {self._sql_table} SET Watermark = @w WHERE PartitionToken = @p AND Watermark < @w",
                 params={"w": watermark, "p": token},
                 param_types={"w": param_types.TIMESTAMP, "p": param_types.STRING},
             )
             if not updated and not self._exists(tx, token):
                 raise PartitionNotFoundError(
-                    f"partition {token[:40]}… is not in metadata table {self.table}; was the table dropped?"
+                    f"partition token {token[:40]}… is not in metadata table {self.table}; was the table dropped?"
                 )
             if finished:
                 self._transition(tx, [token], PartitionState.FINISHED)
@@ -307,9 +322,9 @@ class PartitionMetadataStore:
         """Delete FINISHED rows finished before now - ``older_than``, except parents of unfinished
         children (detection needs to see that every parent of a CREATED child is FINISHED)."""
         sql = (
-            f"DELETE FROM {self.table} p WHERE p.State = 'FINISHED' "
+            f"DELETE FROM {self._sql_table} p WHERE p.State = 'FINISHED' "
             "AND p.FinishedAt < TIMESTAMP_SUB(CURRENT_TIMESTAMP(), INTERVAL @age MICROSECOND) "
-            f"AND NOT EXISTS (SELECT 1 FROM {self.table} c WHERE c.State != 'FINISHED' "
+            f"AND NOT EXISTS (SELECT 1 FROM {self._sql_table} c WHERE c.State != 'FINISHED' "
             "AND p.PartitionToken IN UNNEST(c.ParentTokens))"
         )
         age = int(older_than / ONE_MICROSECOND)
@@ -320,14 +335,15 @@ class PartitionMetadataStore:
     # ----------------------------------------------------------------------------- reads
 
     def _query(self, where: str = "", params: dict | None = None, types: dict | None = None) -> list[PartitionMetadata]:
-        sql = f"SELECT {', '.join(COLUMNS)} FROM {self.table} p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
+        sql = f"SELECT {', '.join(COLUMNS)} FROM {self._sql_table} p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
         with self.database.snapshot() as snap:
-            return [PartitionMetadata.from_row(r) for r in snap.execute_sql(sql, params=params, param_types=types)]
+            rows = snap.execute_sql(sql, params=params, param_types=types, timeout=self.timeout_s)
+            return [PartitionMetadata.from_row(r) for r in rows]
 
     def get(self, token: str) -> PartitionMetadata:
         found = self._query("WHERE p.PartitionToken = @p", {"p": token}, {"p": param_types.STRING})
         if not found:
-            raise PartitionNotFoundError(f"partition {token[:40]}… is not in metadata table {self.table}")
+            raise PartitionNotFoundError(f"partition token {token[:40]}… is not in metadata table {self.table}")
         return found[0]
 
     def get_by_key(self, key: str) -> PartitionMetadata:
@@ -353,7 +369,7 @@ class PartitionMetadataStore:
         """CREATED partitions whose parents are all FINISHED (a merge child waits for every parent)."""
         return self._query(
             "WHERE p.State = 'CREATED' AND NOT EXISTS ("
-            f"SELECT 1 FROM UNNEST(p.ParentTokens) AS parent LEFT JOIN {self.table} q "
+            f"SELECT 1 FROM UNNEST(p.ParentTokens) AS parent LEFT JOIN {self._sql_table} q "
             "ON q.PartitionToken = parent WHERE q.State IS NULL OR q.State != 'FINISHED')"
         )
 
@@ -363,7 +379,8 @@ class PartitionMetadataStore:
         None when no partition is unfinished (the stream reached its end timestamp).
         """
         with self.database.snapshot() as snap:
-            rows = list(snap.execute_sql(f"SELECT MIN(Watermark) FROM {self.table} WHERE State != 'FINISHED'"))
+            sql = f"SELECT MIN(Watermark) FROM {self._sql_table} WHERE State != 'FINISHED'"
+            rows = list(snap.execute_sql(sql, timeout=self.timeout_s))
         return rows[0][0] if rows else None
 
 

@@ -39,6 +39,16 @@ def validate_identifier(name: str, what: str) -> str:
     return name
 
 
+def quote_identifier(name: str, what: str, dialect: "Dialect | str" = "GOOGLE_STANDARD_SQL") -> str:
+    """``name`` validated and quoted for SQL: `` `Order` `` in GoogleSQL, ``"Order"`` in PostgreSQL.
+
+    Quoting makes reserved words (``Order``, ``Group``, ``Select``) and, in PostgreSQL, mixed case
+    names work; validation first keeps anything but a plain identifier out of the statement.
+    """
+    validate_identifier(name, what)
+    return f'"{name}"' if Dialect(dialect) is Dialect.POSTGRESQL else f"`{name}`"
+
+
 def validate_heartbeat_millis(millis: int) -> int:
     if isinstance(millis, bool) or not isinstance(millis, int) or not (
         MIN_HEARTBEAT_MILLIS <= millis <= MAX_HEARTBEAT_MILLIS

@@ -126,10 +126,11 @@ def _is_transient(error: gexc.GoogleAPICallError) -> bool:
     )
 
 
-def translate_error(error: gexc.GoogleAPICallError, stream: str, token: str | None, start: datetime) -> Exception:
-    """Map a Spanner error of a change stream query to a named error with a fix in its message."""
+def translate_error(error: gexc.GoogleAPICallError, stream: str, key: str, start: datetime) -> Exception:
+    """Map a Spanner error of a change stream query to a named error with a fix in its message.
+    ``key``: the partition's key (``initial`` for the initial partition)."""
     text = str(error)
-    where = f"partition {token[:40]}…" if token else "the initial partition"
+    where = f"partition {key}"
     if _is_transient(error):
         return TransientError(f"transient Spanner error reading {where} of stream {stream}: {text}")
     if isinstance(error, gexc.InvalidArgument) and "Table-valued function not found" in text:
@@ -225,7 +226,7 @@ class PartitionReader:
         )
         log.info(
             "[%s] read %d records (%d mods), %d heartbeats, %d children; watermark %s%s",
-            _short(token),
+            partition.key,
             len(batch.records),
             batch.mod_count,
             batch.heartbeats,
@@ -256,7 +257,7 @@ class PartitionReader:
                     raise
                 progress.drop_unsafe_records()
                 pause = self.retry.backoff(attempt)
-                log.warning("[%s] %s; retry %d in %.1fs from %s", _short(partition.token), e, attempt, pause, start)
+                log.warning("[%s] %s; retry %d in %.1fs from %s", partition.key, e, attempt, pause, start)
                 time.sleep(pause)
 
     def _window_done(self, partition: PartitionMetadata, progress: _Progress, window_end: datetime) -> bool:
@@ -267,7 +268,7 @@ class PartitionReader:
             return True
         if utc_now() + CLOCK_SKEW_ALLOWANCE < window_end:
             raise PartitionEndedWithoutChildrenError(
-                f"the query for partition {_short(partition.token)} of stream {self.query.stream_name} "
+                f"the query for partition {partition.key} of stream {self.query.stream_name} "
                 f"ended before its end timestamp {window_end.isoformat()} without reporting child partitions; "
                 "not marking it finished (records would be lost). Re-run the read; report it if it repeats."
             )
@@ -311,8 +312,4 @@ class PartitionReader:
                     for row in rows:
                         yield from mapper.map_row(row)
         except gexc.GoogleAPICallError as e:
-            raise translate_error(e, self.query.stream_name, token, start) from e
-
-
-def _short(token: str) -> str:
-    return token if len(token) <= 12 else token[:12] + "…"
+            raise translate_error(e, self.query.stream_name, partition.key, start) from e

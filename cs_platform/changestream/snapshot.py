@@ -6,13 +6,25 @@ is what the mirrors must hold at that cut.
 
 from __future__ import annotations
 
+import base64
 from datetime import datetime
-from typing import Sequence
+from typing import Any, Sequence
 
 from google.cloud import spanner
 from google.cloud.spanner_v1.database import Database
 
-from cs_platform.changestream.query import validate_identifier
+from cs_platform.changestream.connection import database_dialect
+from cs_platform.changestream.query import quote_identifier, validate_identifier
+
+
+def key_value(value: Any) -> Any:
+    """A primary key value as the Spanner client takes it in a KeySet: BYTES base64-encoded (the
+    client's convention), timestamps timezone-aware, everything else as it is."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value))
+    if isinstance(value, datetime) and value.tzinfo is None:
+        raise ValueError(f"key value {value!r} is a naive datetime: pass it timezone-aware (UTC)")
+    return value
 
 
 class SourceSnapshot:
@@ -21,14 +33,15 @@ class SourceSnapshot:
         self.read_timestamp = read_timestamp
 
     def row_count(self, table: str) -> int:
+        name = quote_identifier(table, "table name", database_dialect(self.database))
         with self.database.snapshot(read_timestamp=self.read_timestamp) as snap:
-            return list(snap.execute_sql(f"SELECT COUNT(*) FROM {validate_identifier(table, 'table name')}"))[0][0]
+            return list(snap.execute_sql(f"SELECT COUNT(*) FROM {name}"))[0][0]
 
     def existing_keys(self, table: str, key_columns: Sequence[str], keys: Sequence[Sequence]) -> set[tuple]:
         """Which of ``keys`` (primary key values, in key column order) exist at the timestamp."""
         if not keys:
             return set()
         columns = [validate_identifier(c, "key column name") for c in key_columns]
+        keyset = spanner.KeySet(keys=[[key_value(v) for v in k] for k in keys])
         with self.database.snapshot(read_timestamp=self.read_timestamp) as snap:
-            rows = snap.read(validate_identifier(table, "table name"), columns, spanner.KeySet(keys=[list(k) for k in keys]))
-            return {tuple(r) for r in rows}
+            return {tuple(r) for r in snap.read(validate_identifier(table, "table name"), columns, keyset)}

@@ -4,7 +4,6 @@ A factory, so several streams are configured without copy-paste: each gets its o
 partitions (one key per partition token), asset, job, sensor and resource key.
 """
 
-import re
 import time
 from dataclasses import dataclass
 
@@ -23,13 +22,13 @@ from dagster import (
     sensor,
 )
 
-from cs_platform.changestream.metadata import PartitionState, utc_now
-from cs_platform.changestream.query import validate_identifier
-from cs_platform.defs.lake_assets import lake_assets
+from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState
+from cs_platform.defs.lake_assets import lake_definitions
 from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.reading import read_and_land
-from cs_platform.defs.resources import ChangeStreamResource
+from cs_platform.defs.resources import ChangeStreamResource, change_stream_resource_key, stream_slug
 from cs_platform.defs.runs import live_runs_by_partition, run_age_seconds
+from cs_platform.landing.store import LandingStore
 
 STREAM_TAG = "cs_platform/stream"
 READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
@@ -43,11 +42,11 @@ class ChangeStreamNames:
 
     @property
     def slug(self) -> str:
-        return re.sub(r"(?<!^)(?=[A-Z])", "_", validate_identifier(self.stream, "change stream name")).lower()
+        return stream_slug(self.stream)
 
     @property
     def resource_key(self) -> str:
-        return f"{self.slug}_change_stream"
+        return change_stream_resource_key(self.stream)
 
     @property
     def partitions(self) -> str:
@@ -71,6 +70,8 @@ def change_stream_definitions(
     resource: ChangeStreamResource,
     sensor_interval_seconds: int = 30,
     sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
+    lake_interval_seconds: int = 30,
+    max_lag_seconds: float = 600.0,
 ) -> Definitions:
     names = ChangeStreamNames(stream)
     partitions = DynamicPartitionsDefinition(name=names.partitions)
@@ -89,7 +90,7 @@ def change_stream_definitions(
     )
     def landed_changes(context: AssetExecutionContext) -> MaterializeResult:
         change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
-        return read_and_land(context, names.job, change_stream, context.resources.landing.store())
+        return read_and_land(context, names.job, change_stream, context.resources.landing)
 
     job = define_asset_job(
         names.job,
@@ -102,7 +103,7 @@ def change_stream_definitions(
         name=names.sensor,
         job=job,
         minimum_interval_seconds=sensor_interval_seconds,
-        required_resource_keys={names.resource_key},
+        required_resource_keys={names.resource_key, "landing"},
         default_status=sensor_status,
         description=(
             f"Detects new partitions of {stream} in the metadata table and launches one run per partition "
@@ -111,10 +112,12 @@ def change_stream_definitions(
     )
     def partition_sensor(context: SensorEvaluationContext):
         change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
-        return detect_partitions(context, names, partitions, change_stream)
+        return detect_partitions(context, names, partitions, change_stream, context.resources.landing.store())
 
-    lake = lake_assets(names.slug, stream, names.asset_key, names.resource_key)
-    return Definitions(assets=[landed_changes, *lake], jobs=[job], sensors=[partition_sensor])
+    lake_step, lake_job, lake_sensor = lake_definitions(
+        names.slug, stream, names.asset_key, names.resource_key, max_lag_seconds, lake_interval_seconds
+    )
+    return Definitions(assets=[landed_changes, lake_step], jobs=[job, lake_job], sensors=[partition_sensor, lake_sensor])
 
 
 def detect_partitions(
@@ -122,12 +125,16 @@ def detect_partitions(
     names: ChangeStreamNames,
     partitions: DynamicPartitionsDefinition,
     change_stream: ChangeStreamResource,
+    landing: LandingStore,
 ) -> SensorResult:
     store = change_stream.metadata_store()
     cursor = SensorCursor.load(context.cursor)
     if not cursor.initialized:
-        start = change_stream.start() or utc_now()
-        if store.initialize(start, change_stream.end(), change_stream.heartbeat_millis):
+        # The first tick checks what every run will need, so a wrong setting fails here, named.
+        change_stream.require_stream()
+        landing.check_writable()
+        if store.initialize(change_stream.start(), change_stream.end(), change_stream.heartbeat_millis):
+            start = store.get(INITIAL_PARTITION_TOKEN).start_timestamp
             context.log.info(f"initialized {store.table} for stream {names.stream} from {start.isoformat()}")
 
     now = time.time()

@@ -1,12 +1,14 @@
-"""The lake assets of one change stream: changelog (bronze) and mirrors (+ manifest), with checks.
+"""The lake of one change stream in Dagster: changelog (bronze) and mirrors (+ manifest), one step.
 
-Thin: the Delta logic is in ``cs_platform.lake``; SQL against Spanner stays in the metadata store.
-The mirrors asset reads the low watermark *before* ingesting landing files, then cuts at it: every
-record at or below the cut is then in the changelog (DESIGN invariant 2), so a transaction is
-applied whole or not at all (invariant 4).
+Thin: a cut is ``cs_platform.pipeline.advance_lake`` (read the cut, ingest, apply), the same call
+``make demo`` and the tests make. Both assets come from that one step, because the cut must be read
+*before* the landing files are listed (DESIGN invariant 2). The lake sensor requests the step
+whenever the stream's low watermark has moved, at most one lake run per stream at a time.
 """
 
-from datetime import datetime
+
+import time
+from datetime import datetime, timedelta
 
 from dagster import (
     AssetCheckResult,
@@ -14,124 +16,209 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
-    ConfigurableResource,
+    AssetSpec,
+    DagsterRunStatus,
+    DefaultSensorStatus,
     Failure,
+    FreshnessPolicy,
     MaterializeResult,
     MetadataValue,
-    asset,
+    RunRequest,
+    RunsFilter,
+    SensorEvaluationContext,
+    SensorResult,
+    SkipReason,
+    define_asset_job,
+    multi_asset,
+    sensor,
 )
 
-from pyspark.sql import functions as F
-
-from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
+from cs_platform.changestream.metadata import utc_now
 from cs_platform.changestream.snapshot import SourceSnapshot
-from cs_platform.changestream.query import validate_identifier
-from cs_platform.defs.resources import ChangeStreamResource
-from cs_platform.lake.cuts import IncompleteTransactionsError, Lake
-from cs_platform.lake.mirrors import primary_key
+from cs_platform.defs.resources import ChangeStreamResource, LakeResource
+from cs_platform.lake.cuts import IncompleteTransactionsError, Lake, UntypedValueError
+from cs_platform.lake.mirrors import primary_key, sample_keys
+from cs_platform.pipeline import advance_lake, stream_cut
+
+LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per stream (tag concurrency limit)
+SAMPLE_KEYS = 100
+
+CHECKS = {
+    "complete_transactions_below_low_watermark": (
+        "Every transaction committed up to the cut has all its records in the changelog "
+        "(records seen == number_of_records_in_transaction). Blocking: a cut never applies part of a "
+        "transaction; a failure means records were lost before landing."
+    ),
+    "typed_values": (
+        "Every value under the cut has a value of its column's type, and the quarantine table is empty. "
+        "Red when a cut stopped on an untyped value (policy fail) or set a transaction aside (policy "
+        "quarantine) until an operator resolves it (README, Quarantine)."
+    ),
+    "watermark_lag": (
+        "How far the cut (the stream's low watermark) is behind now. Warns beyond "
+        "CS_PLATFORM_MAX_LAG_SECONDS: a partition is stuck or the readers cannot keep up."
+    ),
+    "mirrors_match_source": (
+        "At the cut, every mirror has the source table's row count, and a random sample of its primary "
+        "keys exists in the source read at the cut timestamp. A mismatch means the mirror drifted."
+    ),
+}
 
 
-class LakeResource(ConfigurableResource):
-    """Where the Delta tables live: a local directory or gs:// URI; one sub-directory per stream."""
+def lake_definitions(slug: str, stream: str, landed_changes: AssetKey, resource_key: str, max_lag_seconds: float, interval_seconds: int) -> tuple:
+    """The lake step (changelog + mirrors), its job and its sensor."""
+    changelog_key, mirrors_key = AssetKey([slug, "changelog"]), AssetKey([slug, "mirrors"])
+    group = f"{slug}_lake"
 
-    root: str
-    max_lag_seconds: float = 600.0  # the watermark_lag check warns beyond this
-
-    def lake(self, spark, stream: str) -> Lake:
-        return Lake(spark, f"{self.root.rstrip('/')}/{validate_identifier(stream, 'change stream name')}")
-
-
-def stream_cut(store: PartitionMetadataStore) -> datetime | None:
-    """The low watermark; once every partition is FINISHED, the highest watermark (the end).
-    None before the sensor's first tick created the metadata table."""
-    if not store.table_exists():
-        return None
-    low = store.low_watermark()
-    return low if low is not None else max((p.watermark for p in store.all()), default=None)
-
-
-def lake_assets(slug: str, stream: str, landed_changes: AssetKey, resource_key: str) -> list:
-    changelog_key = AssetKey([slug, "changelog"])
-    mirrors_key = AssetKey([slug, "mirrors"])
-
-    @asset(
-        key=changelog_key,
-        deps=[landed_changes],
-        group_name=f"{slug}_lake",
-        required_resource_keys={"pyspark", "lake", "landing"},
-        kinds={"spark", "delta"},
-        description=f"Every mod of stream {stream}, one Delta row each, ingested from landing files exactly once.",
-    )
-    def changelog(context: AssetExecutionContext) -> MaterializeResult:
-        lake = context.resources.lake.lake(context.resources.pyspark.spark_session, stream)
-        new_files = lake.changelog.ingest(context.resources.landing.store().files(stream))
-        return MaterializeResult(metadata={"new_files": new_files, "rows": lake.changelog.table().count()})
-
-    @asset(
-        key=mirrors_key,
-        deps=[changelog_key],
-        group_name=f"{slug}_lake",
-        required_resource_keys={"pyspark", "lake", "landing", resource_key},
-        kinds={"spark", "delta"},
-        check_specs=[
-            AssetCheckSpec("complete_transactions_below_low_watermark", asset=mirrors_key),
-            AssetCheckSpec("watermark_lag", asset=mirrors_key),
-            AssetCheckSpec("mirrors_match_source", asset=mirrors_key),
+    @multi_asset(
+        name=f"{slug}_lake",
+        specs=[
+            AssetSpec(
+                changelog_key,
+                deps=[landed_changes],
+                group_name=group,
+                kinds={"spark", "delta"},
+                description=f"Every mod of stream {stream}, one Delta row each, ingested from landing files exactly once.",
+            ),
+            AssetSpec(
+                mirrors_key,
+                deps=[changelog_key],
+                group_name=group,
+                kinds={"spark", "delta"},
+                freshness_policy=FreshnessPolicy.time_window(
+                    fail_window=timedelta(seconds=max_lag_seconds), warn_window=timedelta(seconds=max_lag_seconds / 2)
+                ),
+                description=(
+                    f"One Delta table per source table of {stream}, brought to the low watermark by complete "
+                    "transactions only; the manifest records each cut's table versions (open them together "
+                    "with Lake.mirrors_at_cut)."
+                ),
+            ),
         ],
-        description=(
-            f"One Delta table per source table of {stream}, brought to the low watermark by complete "
-            "transactions only; the manifest records each cut's table versions."
-        ),
+        check_specs=[
+            AssetCheckSpec(name, asset=mirrors_key, description=text, blocking=name == "complete_transactions_below_low_watermark")
+            for name, text in CHECKS.items()
+        ],
+        required_resource_keys={"pyspark", "lake", "landing", resource_key},
     )
-    def mirrors(context: AssetExecutionContext):
+    def lake_step(context: AssetExecutionContext):
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
-        lake = context.resources.lake.lake(context.resources.pyspark.spark_session, stream)
-        cut = stream_cut(change_stream.metadata_store())  # first the watermark, then the files
-        if cut is None:
-            raise Failure(description=f"stream {stream} has no partitions yet: turn on its partition sensor first")
-        lake.changelog.ingest(context.resources.landing.store().files(stream))
-        lag = (utc_now() - cut).total_seconds()
-        yield AssetCheckResult(
-            check_name="watermark_lag",
-            passed=lag <= context.resources.lake.max_lag_seconds,
-            severity=AssetCheckSeverity.WARN,
-            metadata={"lag_seconds": round(lag, 3), "low_watermark": MetadataValue.timestamp(cut)},
-        )
+        settings: LakeResource = context.resources.lake
+        lake = settings.lake(context.resources.pyspark.spark_session, stream)
+        store = change_stream.metadata_store()
         try:
-            result = lake.apply_cut(cut)  # checks completeness itself: the check reports its finding
+            advance = advance_lake(lake, context.resources.landing.store(), store, change_stream.spanner.target(), stream)
         except IncompleteTransactionsError as e:
-            yield complete_transactions_check(e.missing)
+            yield _check("complete_transactions_below_low_watermark", False, {"incomplete": len(e.missing), "sample": str(e.missing[:5])})
             raise Failure(description=str(e), allow_retries=False) from e
-        yield complete_transactions_check([])
+        except UntypedValueError as e:
+            yield _check("complete_transactions_below_low_watermark", True, {"incomplete": 0})
+            yield _check("typed_values", False, {"untyped_values": len(e.values), "first": "; ".join(v.describe() for v in e.values[:5])})
+            raise Failure(description=str(e), allow_retries=False) from e
+        if advance is None:
+            raise Failure(description=f"stream {stream} has no partitions yet: turn on its partition sensor first")
+        cut, result = advance.cut, advance.result
+        yield MaterializeResult(
+            asset_key=changelog_key,
+            metadata={
+                "new_files": advance.ingested.files,
+                "new_rows": advance.ingested.rows_added,
+                "rows_read": advance.ingested.rows_read,
+                "duplicates_dropped": advance.ingested.duplicates,
+            },
+        )
+        lag = round((utc_now() - cut).total_seconds(), 1)
+        yield _check("complete_transactions_below_low_watermark", True, {"incomplete": 0})
+        quarantined = lake.quarantine.transactions()
+        yield _check(
+            "typed_values",
+            not quarantined,
+            {
+                "quarantined_transactions": len(quarantined),
+                "set_aside_by_this_cut": len({v.transaction for v in result.quarantined}),
+                "first": "; ".join(f"{q['server_transaction_id']}: {q['reason']}" for q in quarantined[:5]) or "none",
+            },
+        )
+        yield _check(
+            "watermark_lag",
+            lag <= settings.max_lag_seconds,
+            {"lag_seconds": lag, "low_watermark": MetadataValue.timestamp(cut)},
+            AssetCheckSeverity.WARN,
+        )
+        yield mirrors_match_source(lake, SourceSnapshot(change_stream.source_database(), cut), cut)
         context.log.info(
             f"cut {cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
             f"{result.transactions} transactions, {result.mods} mods, versions {result.versions}"
         )
-        yield mirrors_match_source(lake, SourceSnapshot(change_stream.source_database(), cut), cut)
         yield MaterializeResult(
+            asset_key=mirrors_key,
             metadata={
                 "cut": MetadataValue.timestamp(cut),
                 "applied": result.applied,
                 "previous_cut": MetadataValue.timestamp(result.previous) if result.previous else "none",
                 "transactions": result.transactions,
                 "mods": result.mods,
-                "mirror_versions": result.versions,
-                "lag_seconds": round(lag, 3),
-            }
+                "quarantined_transactions": len({v.transaction for v in result.quarantined}),
+                "mirror_versions": MetadataValue.json(result.versions),
+                "lag_seconds": lag,
+            },
         )
 
-    return [changelog, mirrors]
-
-
-def complete_transactions_check(missing: list[tuple[str, int, int]]) -> AssetCheckResult:
-    return AssetCheckResult(
-        check_name="complete_transactions_below_low_watermark",
-        passed=not missing,
-        metadata={"incomplete": len(missing), "sample": str(missing[:5])},
+    job = define_asset_job(
+        f"{slug}_lake",
+        selection=[changelog_key, mirrors_key],
+        tags={LAKE_TAG: stream},
+        description=f"One consistent cut of stream {stream}: ingest landing files, apply complete transactions up to the low watermark.",
     )
 
+    @sensor(
+        name=f"{slug}_lake_sensor",
+        job=job,
+        minimum_interval_seconds=interval_seconds,
+        required_resource_keys={resource_key},
+        default_status=DefaultSensorStatus.RUNNING,
+        description=(
+            f"Requests a lake run (one consistent cut) of {stream} whenever its low watermark has moved "
+            "since the last requested cut, never while another lake run of the stream is in flight; "
+            "retries a failed cut after a pause."
+        ),
+    )
+    def lake_sensor(context: SensorEvaluationContext):
+        change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
+        cut = stream_cut(change_stream.metadata_store())
+        decision = plan_lake_run(context, job.name, stream, cut, interval_seconds)
+        if isinstance(decision, SkipReason):
+            return decision
+        return SensorResult(run_requests=[decision], cursor=cut.isoformat())
 
-SAMPLE_KEYS = 100
+    return lake_step, job, lake_sensor
+
+
+def plan_lake_run(context: SensorEvaluationContext, job_name: str, stream: str, cut: datetime | None, interval_seconds: int):
+    """A RunRequest for a cut at ``cut``, or why not."""
+    if cut is None:
+        return SkipReason(f"stream {stream} has no partitions yet")
+    in_flight = context.instance.get_run_records(
+        RunsFilter(job_name=job_name, tags={LAKE_TAG: stream}, statuses=[
+            DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
+        ]),
+        limit=1,
+    )
+    if in_flight:
+        return SkipReason(f"lake run {in_flight[0].dagster_run.run_id} of {stream} is in flight")
+    last = context.instance.get_run_records(RunsFilter(job_name=job_name, tags={LAKE_TAG: stream}), limit=1)
+    requested = datetime.fromisoformat(context.cursor) if context.cursor else None
+    if requested is not None and cut <= requested:
+        failed = last and last[0].dagster_run.status == DagsterRunStatus.FAILURE
+        pause = max(60, 4 * interval_seconds)
+        if not failed or (last[0].end_time or 0) > time.time() - pause:
+            return SkipReason(f"the low watermark of {stream} is still {cut.isoformat()}, the last requested cut")
+        return RunRequest(run_key=f"cut-{cut.isoformat()}-retry-{int(time.time())}", tags={LAKE_TAG: stream})
+    return RunRequest(run_key=f"cut-{cut.isoformat()}", tags={LAKE_TAG: stream})
+
+
+def _check(name: str, passed: bool, metadata: dict, severity: AssetCheckSeverity = AssetCheckSeverity.ERROR) -> AssetCheckResult:
+    return AssetCheckResult(check_name=name, passed=passed, severity=severity, metadata=metadata, description=CHECKS[name])
 
 
 def mirrors_match_source(lake: Lake, source: SourceSnapshot, cut: datetime) -> AssetCheckResult:
@@ -140,14 +227,10 @@ def mirrors_match_source(lake: Lake, source: SourceSnapshot, cut: datetime) -> A
     problems, checked = [], {}
     for table, mirror in lake.mirrors_at_cut(cut).items():
         keys = primary_key(lake.spark, lake.mirror_path(table))
-        sample = [tuple(r) for r in mirror.select(*keys).orderBy(F.rand(seed=7)).limit(SAMPLE_KEYS).collect()]
+        sample = sample_keys(mirror, keys, SAMPLE_KEYS)
         rows, expected = mirror.count(), source.row_count(table)
         missing = len(sample) - len(source.existing_keys(table, keys, sample))
         checked[table] = {"mirror_rows": rows, "source_rows": expected, "sampled_keys": len(sample), "missing": missing}
         if rows != expected or missing:
             problems.append(table)
-    return AssetCheckResult(
-        check_name="mirrors_match_source",
-        passed=not problems,
-        metadata={"tables": checked, "mismatched": ", ".join(problems) or "none"},
-    )
+    return _check("mirrors_match_source", not problems, {"tables": MetadataValue.json(checked), "mismatched": ", ".join(problems) or "none"})

@@ -13,18 +13,19 @@ from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataV
 
 from cs_platform.changestream.metadata import PartitionMetadata, PartitionState, utc_now
 from cs_platform.changestream.reader import PartitionBatch
-from cs_platform.defs.resources import ChangeStreamResource
+from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import live_runs_by_partition
-from cs_platform.landing.store import LandedFile, LandingStore
+from cs_platform.landing.store import LandedFile
 
 
 def read_and_land(
-    context: AssetExecutionContext, job_name: str, change_stream: ChangeStreamResource, landing: LandingStore
+    context: AssetExecutionContext, job_name: str, change_stream: ChangeStreamResource, landing_resource: LandingResource
 ) -> MaterializeResult:
     store = change_stream.metadata_store()
     key = context.partition_key
     partition = store.get_by_key(key)
     _refuse_concurrent_read(context, job_name, key)
+    landing = landing_resource.store(change_stream.source_identity())  # refuses another source's directory
     reader = change_stream.reader()
     replay = partition.state is PartitionState.FINISHED
     if replay:
@@ -64,7 +65,7 @@ def _refuse_concurrent_read(context: AssetExecutionContext, job_name: str, key: 
 
 
 def _seconds_between(earlier, later) -> float | None:
-    return None if earlier is None or later is None else round((later - earlier).total_seconds(), 3)
+    return None if earlier is None or later is None else round((later - earlier).total_seconds(), 2)
 
 
 def materialization_metadata(
@@ -72,6 +73,8 @@ def materialization_metadata(
 ) -> dict:
     """What a data engineer asks of one read: how much, how far, how late, and what it found."""
     commits = [r.commit_timestamp for r in batch.records]
+    # A replay re-reads a FINISHED partition: it is finished, and lags nothing.
+    finished = replay or batch.finished
     metadata = {
         "partition_token": p.token,
         "replay": replay,
@@ -80,15 +83,15 @@ def materialization_metadata(
         "transactions": len(batch.transaction_ids),
         "heartbeats": batch.heartbeats,
         "children_found": len(batch.children),
-        "partition_finished": batch.finished,
+        "partition_finished": finished,
         "query_start": MetadataValue.timestamp(batch.query_start),
         "query_end": MetadataValue.timestamp(batch.query_end),
         "watermark": MetadataValue.timestamp(batch.watermark),
-        "watermark_lag_seconds": round((utc_now() - batch.watermark).total_seconds(), 3),
+        "watermark_lag_seconds": None if finished else round((utc_now() - batch.watermark).total_seconds(), 1),
         "transient_retries": batch.retries,
         "created_to_scheduled_seconds": _seconds_between(p.created_at, p.scheduled_at),
         "scheduled_to_running_seconds": _seconds_between(p.scheduled_at, p.running_at),
-        "first_response_seconds": batch.first_response_s,
+        "first_response_seconds": None if batch.first_response_s is None else round(batch.first_response_s, 2),
     }
     if commits:
         metadata["first_commit_timestamp"] = MetadataValue.timestamp(min(commits))

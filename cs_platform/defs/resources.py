@@ -6,20 +6,29 @@ runs against the embedded emulator and Cloud Spanner.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
-from typing import Optional
+from typing import Mapping, Optional
 
-from dagster import ConfigurableResource
+from dagster import ConfigurableResource, EnvVar
+from dagster_pyspark import PySparkResource
 from google.cloud.spanner_v1.database import Database
 from pydantic import PrivateAttr
 
+from cs_platform.changestream.catalog import require_change_stream
 from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.query import ChangeStreamQuery, validate_heartbeat_millis, validate_identifier
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.values import parse_timestamp
+from cs_platform.lake.cuts import POLICIES, Lake
+from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
+from cs_platform.pipeline import source_identity
+from cs_platform import settings
+from cs_platform.lake.spark import delta_spark_config
+from cs_platform.settings import env_name
 
 
 class SpannerResource(ConfigurableResource):
@@ -29,11 +38,14 @@ class SpannerResource(ConfigurableResource):
     instance_id: str
     database_id: str
     emulator_host: Optional[str] = None  # host:port of a Spanner emulator; empty for Cloud Spanner
+    timeout_seconds: float = 20.0  # deadline of the calls that find the database and of metadata queries
 
     _databases: dict = PrivateAttr(default_factory=dict)
 
     def target(self, database_id: str | None = None) -> SpannerTarget:
-        return SpannerTarget(self.project_id, self.instance_id, database_id or self.database_id, self.emulator_host or None)
+        return SpannerTarget(
+            self.project_id, self.instance_id, database_id or self.database_id, self.emulator_host or None, self.timeout_seconds
+        )
 
     def database(self, database_id: str | None = None) -> Database:
         """The database handle (connected once per resource instance, checked to exist)."""
@@ -61,18 +73,22 @@ class ChangeStreamResource(ConfigurableResource):
     retry_backoff_seconds: float = 30.0
 
     def validated(self) -> "ChangeStreamResource":
-        """Fail early, naming the setting, before anything touches Spanner."""
-        validate_identifier(self.stream_name, "change stream name")
+        """Fail early, naming the setting (its environment variable), before anything touches Spanner."""
+        validate_identifier(self.stream_name, "change stream name (CS_PLATFORM_CHANGE_STREAMS)")
         validate_identifier(self.metadata_table_name, "metadata table name")
-        validate_heartbeat_millis(self.heartbeat_millis)
+        try:
+            validate_heartbeat_millis(self.heartbeat_millis)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"{env_name('heartbeat_millis')}: {e}") from e
+        soft, stale = env_name("soft_timeout_seconds"), env_name("stale_run_seconds")
         if self.soft_timeout_seconds <= 0:
-            raise InvalidArgumentError(f"soft_timeout_seconds must be positive, got {self.soft_timeout_seconds}")
+            raise InvalidArgumentError(f"{soft} must be positive, got {self.soft_timeout_seconds}")
         if self.max_parallel_reads < 1:
-            raise InvalidArgumentError(f"max_parallel_reads must be at least 1, got {self.max_parallel_reads}")
+            raise InvalidArgumentError(f"{env_name('max_parallel_reads')} must be at least 1, got {self.max_parallel_reads}")
         if self.stale_run_seconds <= self.soft_timeout_seconds:
             raise InvalidArgumentError(
-                f"stale_run_seconds ({self.stale_run_seconds}) must exceed soft_timeout_seconds "
-                f"({self.soft_timeout_seconds}): a healthy run would be presumed dead"
+                f"{stale} ({self.stale_run_seconds:g}) must exceed {soft} ({self.soft_timeout_seconds:g}): "
+                "a healthy run would be presumed dead"
             )
         self.start(), self.end()
         return self
@@ -95,7 +111,15 @@ class ChangeStreamResource(ConfigurableResource):
         return self.spanner.database()
 
     def metadata_store(self) -> PartitionMetadataStore:
-        return PartitionMetadataStore(self.spanner.database(self.metadata_database_id), self.metadata_table_name)
+        database = self.spanner.database(self.metadata_database_id)
+        return PartitionMetadataStore(database, self.metadata_table_name, timeout_s=self.spanner.timeout_seconds)
+
+    def require_stream(self) -> None:
+        """The source database exists (``database()`` checks) and has this change stream."""
+        require_change_stream(self.source_database(), self.stream_name, self.spanner.timeout_seconds)
+
+    def source_identity(self) -> SourceIdentity:
+        return source_identity(self.spanner.target(), self.stream_name, self.metadata_store())
 
     def reader(self) -> PartitionReader:
         source = self.source_database()
@@ -108,8 +132,23 @@ class LandingResource(ConfigurableResource):
 
     root: str
 
-    def store(self) -> LandingStore:
-        return LandingStore(self.root)
+    def store(self, source: SourceIdentity | None = None) -> LandingStore:
+        """The landing store; given a source, it refuses to land into another source's directory."""
+        return LandingStore(self.root, source)
+
+
+class LakeResource(ConfigurableResource):
+    """Where the Delta tables live: a local directory or gs:// URI; one sub-directory per stream."""
+
+    root: str
+    max_lag_seconds: float = 600.0  # the lake is late beyond this (watermark_lag check, freshness policy)
+    untyped_values: str = "fail"  # or "quarantine": see cs_platform.lake.quarantine
+
+    def lake(self, spark, stream: str) -> Lake:
+        if self.untyped_values not in POLICIES:
+            raise InvalidArgumentError(f"CS_PLATFORM_UNTYPED_VALUES={self.untyped_values!r} is not one of {', '.join(POLICIES)}")
+        path = f"{self.root.rstrip('/')}/{validate_identifier(stream, 'change stream name')}"
+        return Lake(spark, path, untyped_policy=self.untyped_values)
 
 
 def _timestamp_setting(name: str, value: str | None) -> datetime | None:
@@ -119,5 +158,61 @@ def _timestamp_setting(name: str, value: str | None) -> datetime | None:
         return parse_timestamp(value)
     except MalformedRecordError as e:
         raise InvalidArgumentError(
-            f"{name} {value!r} is not an RFC 3339 timestamp: use e.g. 2026-01-31T12:00:00Z"
+            f"{env_name(name)}={value!r} is not an RFC 3339 timestamp: use e.g. 2026-01-31T12:00:00Z"
         ) from e
+
+
+def stream_slug(stream: str) -> str:
+    """``BankStream`` -> ``bank_stream``: the prefix of every Dagster name of a stream."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", validate_identifier(stream, "change stream name (CS_PLATFORM_CHANGE_STREAMS)")).lower()
+
+
+def change_stream_resource_key(stream: str) -> str:
+    return f"{stream_slug(stream)}_change_stream"
+
+
+def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict:
+    """Every resource, configured from the environment (see ``cs_platform.settings``).
+
+    ``lazy`` (what ``Definitions`` use) leaves the required Spanner settings as ``EnvVar``s, read
+    when a tick or run needs them. Plain Python (``lazy=False``: scripts, notebooks, the demo) gets
+    the values now, and an error naming any missing one; the objects are the same either way, e.g.
+    ``configured_resources(os.environ)["bank_stream_change_stream"].metadata_store()``.
+    """
+
+    def required(env: str):
+        return EnvVar(env) if lazy else settings.required(environ, env)
+
+    def optional_text(env: str) -> str | None:
+        settings.value(environ, env)  # parse now: a bad value fails here, naming its variable
+        return environ.get(env) or None
+
+    spanner = SpannerResource(
+        project_id=required("CS_PLATFORM_SPANNER_PROJECT"),
+        instance_id=required("CS_PLATFORM_SPANNER_INSTANCE"),
+        database_id=required("CS_PLATFORM_SPANNER_DATABASE"),
+        emulator_host=settings.value(environ, "SPANNER_EMULATOR_HOST"),
+        timeout_seconds=settings.value(environ, "CS_PLATFORM_SPANNER_TIMEOUT_SECONDS"),
+    )
+    resources: dict = {
+        "landing": LandingResource(root=settings.value(environ, "CS_PLATFORM_LANDING_ROOT")),
+        "lake": LakeResource(
+            root=settings.value(environ, "CS_PLATFORM_LAKE_ROOT"),
+            max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
+            untyped_values=settings.value(environ, "CS_PLATFORM_UNTYPED_VALUES"),
+        ),
+        "pyspark": PySparkResource(spark_config=delta_spark_config(settings.value(environ, "CS_PLATFORM_SPARK_MASTER"))),
+    }
+    for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS"):
+        resources[change_stream_resource_key(stream)] = ChangeStreamResource(
+            spanner=spanner,
+            stream_name=stream,
+            metadata_database_id=settings.value(environ, "CS_PLATFORM_METADATA_DATABASE"),
+            start_timestamp=optional_text("CS_PLATFORM_START_TIMESTAMP"),
+            end_timestamp=optional_text("CS_PLATFORM_END_TIMESTAMP"),
+            heartbeat_millis=settings.value(environ, "CS_PLATFORM_HEARTBEAT_MILLIS"),
+            soft_timeout_seconds=settings.value(environ, "CS_PLATFORM_SOFT_TIMEOUT_SECONDS"),
+            max_parallel_reads=settings.value(environ, "CS_PLATFORM_MAX_PARALLEL_READS"),
+            stale_run_seconds=settings.value(environ, "CS_PLATFORM_STALE_RUN_SECONDS"),
+        )
+    return resources

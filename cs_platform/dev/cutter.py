@@ -1,23 +1,25 @@
-"""Apply consistent cuts on a timer while a stream is being read: what the mirrors asset does on
-each materialization, for the demo and tests. Reads the low watermark first, then ingests the
-landing files, then cuts (see cs_platform.lake.cuts)."""
+"""Consistent cuts on a timer while a stream is being read, for the demo and tests: each one is
+``pipeline.advance_lake``, exactly what the lake asset runs on each materialization."""
 
 from __future__ import annotations
 
 import logging
 import threading
 
+from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore
-from cs_platform.defs.lake_assets import stream_cut
 from cs_platform.lake.cuts import CutResult, Lake
 from cs_platform.landing.store import LandingStore
+from cs_platform.pipeline import advance_lake
 
 log = logging.getLogger(__name__)
 
 
 class Cutter:
-    def __init__(self, lake: Lake, landing: LandingStore, stream: str, store: PartitionMetadataStore, interval_s: float = 3) -> None:
-        self.lake, self.landing, self.stream, self.store = lake, landing, stream, store
+    def __init__(
+        self, lake: Lake, landing: LandingStore, store: PartitionMetadataStore, target: SpannerTarget, stream: str, interval_s: float = 3
+    ) -> None:
+        self.lake, self.landing, self.store, self.target, self.stream = lake, landing, store, target, stream
         self.interval_s = interval_s
         self.results: list[CutResult] = []
         self._stop = threading.Event()
@@ -25,16 +27,13 @@ class Cutter:
         self._thread = threading.Thread(target=self._run, name="cutter", daemon=True)
 
     def cut_now(self) -> CutResult | None:
-        cut = stream_cut(self.store)  # the watermark first, then the files
-        files = self.landing.files(self.stream)
-        if cut is None or not files:
+        advance = advance_lake(self.lake, self.landing, self.store, self.target, self.stream)
+        if advance is None:
             return None
-        self.lake.changelog.ingest(files)
-        result = self.lake.apply_cut(cut)
-        if result.applied:
-            self.results.append(result)
-            log.info("cut %s: %d transactions, %d mods", cut.isoformat(), result.transactions, result.mods)
-        return result
+        if advance.result.applied:
+            self.results.append(advance.result)
+            log.info("cut %s: %d transactions, %d mods", advance.cut.isoformat(), advance.result.transactions, advance.result.mods)
+        return advance.result
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -19,13 +19,14 @@ import os
 import threading
 import time
 from collections import Counter
-from datetime import timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 
 from dagster import DagsterInstance
 
 from cs_platform.changestream.metadata import PartitionMetadataStore, lineage, utc_now
 from cs_platform.definitions import build_definitions
+from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.cutter import Cutter
 from cs_platform.dev.oracle import committed, landed
@@ -33,6 +34,7 @@ from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.spark import delta_spark_session
+from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 
 log = logging.getLogger("cs_platform.demo")
@@ -57,17 +59,20 @@ def main() -> None:
             CS_PLATFORM_SOFT_TIMEOUT_SECONDS="3",
             CS_PLATFORM_HEARTBEAT_MILLIS="500",
         )
-        store = PartitionMetadataStore(bank.metadata, f"{STREAM}Metadata")
+        resources = configured_resources(os.environ)  # what the Dagster definitions use, read now
+        store = resources[change_stream_resource_key(STREAM)].metadata_store()
         workload = BankWorkload(bank.bank)
         writer = threading.Thread(
             target=workload.run_until, args=(end - timedelta(seconds=3), args.writes_per_second), daemon=True
         )
         print(f"reading {STREAM} from {start:%H:%M:%S} to {end:%H:%M:%S} while the writer commits transfers")
         writer.start()
-        landing = LandingStore(str(bank.landing_root))
-        print("starting Spark (the first run downloads Delta's jars from Maven Central)")
-        lake = Lake(delta_spark_session("cs_platform_demo", "local[2]"), str(bank.workdir / "lake" / STREAM))
-        cutter = Cutter(lake, landing, STREAM, store).start()
+        landing = resources["landing"].store()
+        spark_log = bank.workdir / "spark.log"
+        print(f"starting Spark (the first run downloads Delta's jars from Maven Central; its log: {spark_log})")
+        spark = delta_spark_session("cs_platform_demo", "local[2]", jvm_log=spark_log)
+        lake = resources["lake"].lake(spark, STREAM)
+        cutter = Cutter(lake, landing, store, bank.target, STREAM).start()
         with DagsterInstance.get() as instance, SensorLoop(build_definitions, instance, "bank_stream_partition_sensor") as loop:
             progress = Progress(store, loop, workload, cutter)
             loop.run_until(progress.finished, timeout_s=args.seconds + 300)
@@ -117,10 +122,10 @@ def report(store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorklo
 def report_cuts(lake: Lake) -> None:
     """Every cut of the manifest: the Accounts mirror must sum to 1000 x accounts."""
     manifest = lake.spark.read.format("delta").load(lake.manifest_path)
-    cuts = sorted({r.cut_timestamp for r in manifest.select("cut_timestamp").collect()})
+    cuts = lake.cuts()
     print(f"\n{len(cuts)} consistent cuts in {lake.manifest_path}:")
     for cut in cuts:
-        mirrors = lake.mirrors_at_cut(cut.replace(tzinfo=timezone.utc))
+        mirrors = lake.mirrors_at_cut(cut)
         balances = [r.Balance for r in mirrors["Accounts"].collect()] if "Accounts" in mirrors else []
         transfers = mirrors["Transfers"].count() if "Transfers" in mirrors else 0
         verdict = "ok" if sum(balances) == INITIAL_BALANCE * len(balances) else "BROKEN"
@@ -128,7 +133,7 @@ def report_cuts(lake: Lake) -> None:
         if verdict != "ok":
             raise SystemExit(f"cut {cut}: balances do not sum to {INITIAL_BALANCE} x accounts")
     committed = manifest.select("cut_timestamp", "committed_at").distinct().orderBy("cut_timestamp").collect()
-    lags = [(r.committed_at - r.cut_timestamp).total_seconds() for r in committed]
+    lags = [(utc(r.committed_at) - utc(r.cut_timestamp)).total_seconds() for r in committed]
     print(f"cut lag (cut committed - cut timestamp): max {max(lags):.1f}s, last {lags[-1]:.1f}s" if lags else "no cuts")
     print(f"open them together with Lake(spark, {lake.root!r}).mirrors_at_cut(cut)")
 

@@ -19,7 +19,8 @@ from cs_platform.dev.workload import BANK_TABLES_DDL, bank_stream_ddl, create_da
 
 PROJECT, INSTANCE, STREAM = "demo-project", "demo-instance", "BankStream"
 
-# At most one run per partition key (two readers of one token would race), and a cap on reader runs.
+# At most one run per partition key (two readers of one token would race), a cap on reader runs,
+# and one lake run per stream (two cuts at once would race on the manifest).
 DAGSTER_YAML = """\
 run_queue:
   max_concurrent_runs: 12
@@ -27,6 +28,10 @@ run_queue:
     - key: cs_platform/reader
       limit: 6
     - key: dagster/partition
+      value:
+        applyLimitPerUniqueValue: true
+      limit: 1
+    - key: cs_platform/lake
       value:
         applyLimitPerUniqueValue: true
       limit: 1
@@ -48,6 +53,14 @@ class EmbeddedBank:
     @property
     def landing_root(self) -> Path:
         return self.workdir / "landing"
+
+    @property
+    def lake_root(self) -> Path:
+        return self.workdir / "lake"
+
+    @property
+    def target(self) -> SpannerTarget:
+        return SpannerTarget(PROJECT, INSTANCE, "bank", self.emulator.host)
 
     @property
     def dagster_home(self) -> Path:
@@ -82,6 +95,7 @@ def embedded_bank(workdir: Path, partition_alive_seconds: int = 3) -> Iterator[E
             CS_PLATFORM_CHANGE_STREAMS=STREAM,
             SPANNER_EMULATOR_HOST=emulator.host,
             CS_PLATFORM_LANDING_ROOT=str(setup.landing_root.resolve()),
+            CS_PLATFORM_LAKE_ROOT=str(setup.lake_root.resolve()),
             DAGSTER_HOME=str(setup.dagster_home.resolve()),
         )
         try:

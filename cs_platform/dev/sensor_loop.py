@@ -25,6 +25,8 @@ from dagster import DagsterInstance, Definitions, RunRequest, RunsFilter, build_
 from dagster._core.definitions.sensor_definition import SensorExecutionData
 from dagster._core.instance.ref import InstanceRef
 
+from cs_platform.dev.deadline import Deadline
+
 log = logging.getLogger(__name__)
 
 DefinitionsFactory = Callable[[], Definitions]
@@ -135,15 +137,16 @@ class SensorLoop:
         return len(self._runs)
 
     def run_until(self, done: Callable[[], bool], timeout_s: float) -> None:
-        """Tick until ``done()`` holds and no run is executing; fail after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        """Tick until ``done()`` holds and no run is executing; fail when ``timeout_s`` (scaled by
+        the machine's load, see ``deadline``) is spent."""
+        deadline = Deadline(timeout_s)
+        while not deadline.expired():
             self.tick()
             finished = done()  # called every tick: callers use it for progress too
             if finished and not self.pending_runs():
                 return
             time.sleep(self.tick_interval_s)
-        raise TimeoutError(f"sensor loop not done after {timeout_s:.0f}s: {self.stats}")
+        raise TimeoutError(f"sensor loop not done ({deadline.describe()}): {self.stats}")
 
     def run_for(self, seconds: float) -> None:
         """Tick for ``seconds``, then stop launching and let the runs in flight finish."""
@@ -154,10 +157,10 @@ class SensorLoop:
         self.wait_for_runs()
 
     def wait_for_runs(self, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
+        deadline = Deadline(timeout_s)
         while self.pending_runs():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(self._runs)} runs still executing after {timeout_s:.0f}s")
+            if deadline.expired():
+                raise TimeoutError(f"{len(self._runs)} runs still executing ({deadline.describe()})")
             time.sleep(0.1)
 
     def close(self) -> None:

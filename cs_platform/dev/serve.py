@@ -28,7 +28,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=3000)
     parser.add_argument("--writes-per-second", type=float, default=10)
-    parser.add_argument("--workdir", type=Path, default=Path(".demo/dev"))
+    parser.add_argument("--workdir", type=Path, default=Path(".dev"))  # never make demo's .demo: one source per lake
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("google").setLevel(logging.WARNING)

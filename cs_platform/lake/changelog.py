@@ -9,11 +9,24 @@ means the files are read again next time, and their rows are then all duplicates
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cs_platform.landing.rows import IDENTITY
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    files: int  # landing files ingested now
+    rows_read: int  # rows in those files
+    rows_added: int  # rows new to the changelog; the rest repeated a change by its identity
+
+    @property
+    def duplicates(self) -> int:
+        return self.rows_read - self.rows_added
 
 
 class Changelog:
@@ -36,23 +49,22 @@ class Changelog:
             return set()
         return {r.path for r in self.spark.read.format("delta").load(self.files_path).collect()}
 
-    def ingest(self, files: list[str]) -> int:
-        """Add the changes of ``files`` not already present; returns how many files were new."""
+    def ingest(self, files: list[str]) -> IngestResult:
+        """Add the changes of ``files`` not already present."""
         done = self.ingested_files()
         new = sorted(f for f in files if f not in done)
         if not new:
-            return 0
-        rows = (
-            self.spark.read.parquet(*new)
-            .withColumn("source_file", F.input_file_name())
-            .withColumn("ingested_at", F.current_timestamp())
-            .dropDuplicates(list(IDENTITY))
-        )
+            return IngestResult(0, 0, 0)
+        landed = self.spark.read.parquet(*new)
+        read = landed.count()  # from the Parquet footers
+        rows = landed.withColumn("source_file", F.input_file_name()).withColumn("ingested_at", F.current_timestamp())
         if self.exists():
             condition = " AND ".join(f"t.{c} = s.{c}" for c in IDENTITY)
-            table = DeltaTable.forPath(self.spark, self.path).alias("t")
-            table.merge(rows.alias("s"), condition).whenNotMatchedInsertAll().execute()
+            table = DeltaTable.forPath(self.spark, self.path)
+            table.alias("t").merge(rows.dropDuplicates(list(IDENTITY)).alias("s"), condition).whenNotMatchedInsertAll().execute()
+            added = int(table.history(1).select("operationMetrics").first()[0]["numTargetRowsInserted"])
         else:
-            rows.write.format("delta").save(self.path)
+            rows.dropDuplicates(list(IDENTITY)).write.format("delta").save(self.path)
+            added = self.table().count()
         self.spark.createDataFrame([(f,) for f in new], "path string").write.format("delta").mode("append").save(self.files_path)
-        return len(new)
+        return IngestResult(len(new), read, added)

@@ -16,17 +16,19 @@ the mirror first (schema evolution, nothing dropped).
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StringType, StructField, StructType
+from pyspark.sql.types import MapType, StringType, StructField, StructType, TimestampType
 
 from cs_platform.lake.types import spark_type, typed_value
 
 PRIMARY_KEY_PROPERTY = "cs_platform.primaryKey"
 ORDER = ("commit_timestamp", "server_transaction_id", "record_sequence", "mod_index")
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _EFFECT = StructType([StructField("op", StringType()), StructField("values", MapType(StringType(), StringType()))])
 
 
@@ -59,18 +61,23 @@ def fold(changes: list) -> tuple[str, dict[str, str | None]]:
 _fold_udf = F.udf(fold, _EFFECT)
 
 
-def column_types(changes: DataFrame) -> dict[str, dict]:
-    """Every column seen in the changes' records, latest description last; keys first by position."""
-    columns: dict[str, dict] = {}
-    for row in changes.select("column_types").distinct().collect():
+def column_types_by_table(changes: DataFrame) -> dict[str, dict[str, dict]]:
+    """Per table, every column seen in the changes' records (latest description last), keys first
+    by position."""
+    tables: dict[str, dict[str, dict]] = {}
+    for row in changes.select("table_name", "column_types").distinct().collect():
+        columns = tables.setdefault(row.table_name, {})
         for column in json.loads(row.column_types):
             columns[column["name"]] = column
-    return dict(sorted(columns.items(), key=lambda c: (not c[1]["is_primary_key"], c[1]["ordinal_position"])))
+    return {
+        table: dict(sorted(columns.items(), key=lambda c: (not c[1]["is_primary_key"], c[1]["ordinal_position"])))
+        for table, columns in sorted(tables.items())
+    }
 
 
-def apply_changes(spark: SparkSession, path: str, changes: DataFrame) -> int:
-    """Bring the mirror at ``path`` up to date with ``changes`` (one table's); returns its version."""
-    columns = column_types(changes)
+def apply_changes(spark: SparkSession, path: str, changes: DataFrame, columns: dict[str, dict]) -> int:
+    """Bring the mirror at ``path`` up to date with ``changes`` (one table's, whose columns are
+    ``columns``, see :func:`column_types_by_table`); returns its version."""
     keys = [name for name, c in columns.items() if c["is_primary_key"]]
     _ensure_columns(spark, path, columns)
     ordered = F.sort_array(F.collect_list(F.struct(*ORDER, "keys", "mod_type", "new_values")))
@@ -116,3 +123,20 @@ def _ensure_columns(spark: SparkSession, path: str, columns: dict[str, dict]) ->
     missing = [f"`{name}` {sql_type}" for name, sql_type in wanted.items() if name not in present]
     if missing:
         spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({', '.join(missing)})")
+
+
+def sample_keys(mirror: DataFrame, keys: list[str], n: int, seed: int = 7) -> list[tuple]:
+    """Up to ``n`` random primary keys of ``mirror``, as the values a Spanner read takes: TIMESTAMP
+    in UTC (not PySpark's naive local time), BYTES as ``bytes``."""
+    kinds = {f.name: f.dataType for f in mirror.schema.fields}
+    columns = [F.unix_micros(F.col(f"`{k}`")).alias(k) if isinstance(kinds[k], TimestampType) else F.col(f"`{k}`") for k in keys]
+    rows = mirror.select(*columns).orderBy(F.rand(seed=seed)).limit(n).collect()
+
+    def value(name: str, v: Any) -> Any:
+        if v is None:
+            return None
+        if isinstance(kinds[name], TimestampType):
+            return EPOCH + timedelta(microseconds=v)
+        return bytes(v) if isinstance(v, (bytearray, memoryview)) else v
+
+    return [tuple(value(k, v) for k, v in zip(keys, row)) for row in rows]

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Mapping
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Mapping
 
 from delta import configure_spark_with_delta_pip
 from pyspark.errors import PySparkRuntimeError
@@ -25,6 +28,7 @@ DELTA_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.ui.showConsoleProgress": "false",  # no stage bars over our own progress lines
 }
 
 
@@ -37,16 +41,46 @@ def delta_spark_config(master: str = "local[*]", app_name: str = "cs_platform", 
     return {"spark.master": master, "spark.app.name": app_name, "spark.jars.packages": packages, **DELTA_CONF, **(extra or {})}
 
 
-def delta_spark_session(app_name: str = "cs_platform", master: str = "local[*]", extra: Mapping[str, str] | None = None) -> SparkSession:
+def delta_spark_session(
+    app_name: str = "cs_platform", master: str = "local[*]", extra: Mapping[str, str] | None = None, jvm_log: Path | None = None
+) -> SparkSession:
+    """A Spark session with Delta. ``jvm_log``: send the JVM's own output (Ivy resolution, log4j)
+    there instead of the console, for tools whose console shows only their progress."""
     builder = SparkSession.builder
     for key, value in delta_spark_config(master, app_name, extra).items():
         builder = builder.config(key, value)
-    try:
-        return builder.getOrCreate()
-    except PySparkRuntimeError as e:
-        # Seen here twice when another JVM resolved the same Ivy cache at the same moment: the
-        # gateway exits before reporting its port. One more attempt, then the error stands.
-        if "JAVA_GATEWAY_EXITED" not in str(e):
-            raise
-        log.warning("Spark's Java gateway exited while starting (%s); starting it once more", e)
-        return builder.getOrCreate()
+    with _output_to(jvm_log):
+        try:
+            session = builder.getOrCreate()
+        except PySparkRuntimeError as e:
+            # Seen here twice when another JVM resolved the same Ivy cache at the same moment: the
+            # gateway exits before reporting its port. One more attempt, then the error stands.
+            if "JAVA_GATEWAY_EXITED" not in str(e):
+                raise
+            log.warning("Spark's Java gateway exited while starting (%s); starting it once more", e)
+            session = builder.getOrCreate()
+    if jvm_log is not None:
+        session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@contextmanager
+def _output_to(path: Path | None) -> Iterator[None]:
+    """Point file descriptors 1 and 2 at ``path`` while the JVM starts: it inherits them and keeps
+    writing there; this process gets its own console back afterwards."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush(), sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with open(path, "ab") as target:
+        try:
+            for fd in (1, 2):
+                os.dup2(target.fileno(), fd)
+            yield
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)

@@ -1,8 +1,19 @@
-"""Spanner column types (from a record's ``column_types``) as Spark SQL types, and the expression
-that turns a mod's wire value (carried as plain text, see ``mirrors.plain``) into that type."""
+"""Spanner column types (from a record's ``column_types``) as Spark SQL types, and the expressions
+that turn a mod's wire value (carried as plain text) into that type.
+
+Every encoding that Cloud Spanner or the emulator produces for a valid value is accepted:
+
+- TIMESTAMP/DATE with a year below 1000: the emulator writes the year unpadded
+  (``"1-01-01T00:00:00Z"``); Spark only parses four-digit years, so the year is padded first;
+- an ARRAY element ``"NULL"`` in a non-STRING array: the emulator's spelling of a NULL element.
+
+:func:`typed_value` is the value the mirror stores; :func:`untyped` is true where a non-NULL wire
+value has no value of the column's type (the cut then names it instead of failing inside Spark).
+"""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
 _SCALARS = {
@@ -18,6 +29,7 @@ _SCALARS = {
     "TIMESTAMP": "TIMESTAMP",
     "UUID": "STRING",
 }
+_TEXT = {"STRING", "JSON", "UUID"}  # no conversion, so nothing can fail
 
 
 def spark_type(spanner: Mapping[str, Any]) -> str:
@@ -29,14 +41,63 @@ def spark_type(spanner: Mapping[str, Any]) -> str:
     return _SCALARS[code]
 
 
-def typed_value(text_column: str, spanner: Mapping[str, Any]) -> str:
-    """SQL expression converting the plain-text wire value in ``text_column`` to the Spark type."""
-    code = spanner["code"]
+def _padded_year(text: str) -> str:
+    """``text`` with a 1-3 digit leading year padded to four digits (emulator TIMESTAMP/DATE)."""
+    return (
+        f"CASE WHEN {text} RLIKE '^[0-9]{{1,3}}-' "
+        f"THEN concat(lpad(substring_index({text}, '-', 1), 4, '0'), substr({text}, instr({text}, '-'))) "
+        f"ELSE {text} END"
+    )
+
+
+def _scalar(text: str, code: str, safe: bool) -> str:
+    cast = "try_cast" if safe else "CAST"
     if code == "BYTES":
-        return f"unbase64({text_column})"
-    if code == "ARRAY":
-        element = spanner["array_element_type"]
-        if element["code"] == "BYTES":
-            return f"transform(from_json({text_column}, 'ARRAY<STRING>'), x -> unbase64(x))"
-        return f"CAST(from_json({text_column}, 'ARRAY<STRING>') AS {spark_type(spanner)})"
-    return f"CAST({text_column} AS {spark_type(spanner)})"
+        return f"{'try_to_binary' if safe else 'to_binary'}({text}, 'base64')"
+    if code in ("TIMESTAMP", "DATE"):
+        text = _padded_year(text)
+    if code in _TEXT:
+        return text
+    return f"{cast}({text} AS {_SCALARS[code]})"
+
+
+def typed_value(text: str, spanner: Mapping[str, Any], safe: bool = False) -> str:
+    """SQL expression converting the plain-text wire value in ``text`` to the Spark type.
+
+    ``safe`` gives NULL instead of an error for a value that cannot be converted."""
+    code = spanner["code"]
+    if code != "ARRAY":
+        return _scalar(text, code, safe)
+    element = spanner["array_element_type"]["code"]
+    items = f"from_json({text}, 'ARRAY<STRING>')"
+    if element not in _TEXT:
+        items = f"transform({items}, x -> CASE WHEN x = 'NULL' THEN NULL ELSE x END)"
+    return f"transform({items}, x -> {_scalar('x', element, safe)})"
+
+
+def untyped(text: str, spanner: Mapping[str, Any]) -> str:
+    """SQL predicate: the wire value in ``text`` is not NULL but has no value of the type."""
+    if spanner["code"] in _TEXT:
+        return "false"
+    typed = typed_value(text, spanner, safe=True)
+    if spanner["code"] != "ARRAY":
+        return f"({text} IS NOT NULL AND {typed} IS NULL)"
+    element = spanner["array_element_type"]
+    if element["code"] in _TEXT:
+        return f"({text} IS NOT NULL AND from_json({text}, 'ARRAY<STRING>') IS NULL)"
+    raw = f"transform(from_json({text}, 'ARRAY<STRING>'), x -> CASE WHEN x = 'NULL' THEN NULL ELSE x END)"
+    return (
+        f"({text} IS NOT NULL AND ({raw} IS NULL OR "
+        f"exists(arrays_zip({raw}, {typed}), p -> p['0'] IS NOT NULL AND p['1'] IS NULL)))"
+    )
+
+
+def utc(value: datetime | None) -> datetime | None:
+    """A TIMESTAMP collected from PySpark, in UTC.
+
+    PySpark builds it with ``datetime.fromtimestamp``: naive, in the Python process's local time
+    zone (not the session's). ``astimezone`` reads a naive value as exactly that local time
+    (including which side of a DST fold it is on), so the instant is recovered on any machine."""
+    if value is None:
+        return None
+    return value.astimezone(timezone.utc)

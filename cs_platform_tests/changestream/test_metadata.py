@@ -1,11 +1,12 @@
 """The partition metadata table on the emulator: lifecycle, children, watermarks, detection."""
 
+import re
 import threading
 from datetime import timedelta
 
 import pytest
 
-from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError, PartitionNotFoundError
+from cs_platform.changestream.errors import SettingsDriftError, InvalidArgumentError, InvalidIdentifierError, PartitionNotFoundError
 from cs_platform.changestream.metadata import (
     INITIAL_PARTITION_TOKEN,
     ONE_MICROSECOND,
@@ -35,9 +36,22 @@ def test_initialize_once_and_restart_is_a_noop(store):
     (initial,) = store.all()
     assert initial.token == INITIAL_PARTITION_TOKEN and initial.state is S.CREATED
     assert initial.watermark == start - ONE_MICROSECOND and initial.created_at is not None
-    # A restart with the existing table neither fails nor re-initializes (Beam #32509).
-    assert store.initialize(start + timedelta(seconds=5), None, 1000) is False
+    # A restart with the existing table neither fails nor re-initializes (Beam #32509), whether it
+    # configures the same start or none ("now" only applies to a new table).
+    assert store.initialize(start, None, 1000) is False
+    assert store.initialize(None, None, 1000) is False
     assert store.all() == [initial]
+
+
+def test_a_start_or_end_that_drifted_from_the_table_is_an_error_naming_both(store):
+    start = utc_now()
+    store.initialize(start, None, 1000)
+    later = start + timedelta(seconds=5)
+    with pytest.raises(SettingsDriftError, match=rf"CS_PLATFORM_START_TIMESTAMP={re.escape(later.isoformat())} but metadata table \w+ has {re.escape(start.isoformat())}"):
+        store.initialize(later, None, 1000)
+    with pytest.raises(SettingsDriftError, match=r"CS_PLATFORM_END_TIMESTAMP=.* has none.*reset"):
+        store.initialize(start, later, 1000)
+    assert [p.start_timestamp for p in store.all()] == [start]
 
 
 def test_initialize_rejects_bad_arguments(store):

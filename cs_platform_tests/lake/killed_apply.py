@@ -15,8 +15,8 @@ from cs_platform.landing.store import LandingStore
 def main(landing: str, root: str, cut: str, marker: Path) -> None:
     merge = mirrors.apply_changes
 
-    def merge_then_stop(spark, path, changes):
-        version = merge(spark, path, changes)
+    def merge_then_stop(spark, path, changes, columns):
+        version = merge(spark, path, changes, columns)
         marker.write_text(path)
         time.sleep(3600)
         return version

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+from cs_platform.dev.deadline import Deadline
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.bank_landing import land_bank
@@ -34,7 +35,7 @@ def test_replayed_ingest_and_killed_apply_end_identical_to_a_clean_run(spark, tm
     replayed = Lake(spark, str(tmp_path / "replayed"))
     replayed.changelog.ingest(files[:3])
     replayed.changelog.ingest(files)  # the first three again, and the rest
-    assert replayed.changelog.ingest(files) == 0
+    assert replayed.changelog.ingest(files).files == 0
     replayed.apply_cut(middle)
     # Kill an apply of the last cut after its first mirror (Accounts) committed.
     marker = tmp_path / "marker"
@@ -44,9 +45,10 @@ def test_replayed_ingest_and_killed_apply_end_identical_to_a_clean_run(spark, tm
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 180
+    deadline = Deadline(180)
     while not marker.exists():
-        assert process.poll() is None and time.monotonic() < deadline, "killed_apply ended or stalled before its first MERGE"
+        assert process.poll() is None, "killed_apply ended before its first MERGE"
+        assert not deadline.expired(), f"killed_apply stalled before its first MERGE ({deadline.describe()})"
         time.sleep(0.2)
     os.killpg(process.pid, signal.SIGKILL)  # the Python driver and its Spark JVM
     assert process.wait(timeout=30) == -signal.SIGKILL

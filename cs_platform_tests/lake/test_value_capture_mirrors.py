@@ -5,7 +5,7 @@ re-inserts, several changes of one key in one cut, every column type mapped to i
 import base64
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 import pytest
 from google.cloud import spanner
@@ -15,6 +15,7 @@ from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.runner import LocalRunner
 from cs_platform.lake.cuts import Lake
+from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
 
@@ -24,8 +25,8 @@ def normalized(row: dict) -> dict:
     for name, value in row.items():
         if isinstance(value, bytearray):
             value = bytes(value)
-        elif isinstance(value, datetime) and value.tzinfo is None:
-            value = value.replace(tzinfo=timezone.utc)
+        elif isinstance(value, datetime):
+            value = utc(value)  # PySpark's naive local time, the client's UTC
         elif name == "Doc" and value is not None:
             value = json.loads(value) if isinstance(value, str) else json.loads(value.serialize())
         out[name] = value

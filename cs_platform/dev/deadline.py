@@ -1,0 +1,32 @@
+"""Deadlines that scale with how loaded the machine is, for tools and tests that wait on events.
+
+The machines are shared: with a load average of 25 on 2 cores, work that takes 30 s on a quiet
+machine takes minutes. A :class:`Deadline` charges each second of wall time at
+``1 / max(1, load average per core)``, so it still ends a real hang, but a slow machine alone does
+not make a wait fail.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def load_per_core() -> float:
+    return os.getloadavg()[0] / (os.cpu_count() or 1)
+
+
+class Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.left = seconds
+        self.started = self.last = time.monotonic()
+
+    def expired(self) -> bool:
+        now = time.monotonic()
+        self.left -= (now - self.last) / max(1.0, load_per_core())
+        self.last = now
+        return self.left <= 0
+
+    def describe(self) -> str:
+        return f"{self.seconds:.0f}s budget, {time.monotonic() - self.started:.0f}s of wall time at load {load_per_core():.1f} per core"

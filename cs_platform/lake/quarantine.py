@@ -1,0 +1,119 @@
+"""Values that cannot be typed, and the quarantine table for their transactions.
+
+A cut checks every value it would apply against its column's type before it touches a mirror
+(:func:`untyped_values`). Under the ``quarantine`` policy the *whole* transaction of each such
+value is appended to ``<lake>/quarantine`` (every changelog row of it, plus the reason and the
+cut), and the cut applies the rest: a transaction is never applied in part.
+
+Resolving (README, "Quarantine"): inspect the rows, repair the affected tables (re-snapshot them or
+reset the stream), then :meth:`Quarantine.resolve` the transactions; the check goes green when the
+table is empty. Delta keeps the resolved rows in the table's history.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from cs_platform.lake.types import untyped, utc
+
+_APP_ID = "cs_platform.cut"  # idempotent appends: a re-run cut adds its quarantine rows once
+
+
+@dataclass(frozen=True)
+class UntypedValue:
+    transaction: str
+    commit_timestamp: datetime
+    table: str
+    column: str
+    raw: str
+    type: str
+
+    def describe(self) -> str:
+        return (
+            f"transaction {self.transaction} (committed {self.commit_timestamp}) wrote {self.raw!r} "
+            f"to {self.table}.{self.column}, which is not a {self.type}"
+        )
+
+
+def untyped_values(changes: DataFrame, types: dict[str, dict[str, dict]], limit: int = 10_000) -> list[UntypedValue]:
+    """Every key or new value in ``changes`` that has no value of its column's type (at most
+    ``limit``), in commit order. ``types``: per table, its columns (``column_types_by_table``)."""
+    cases = [
+        f"WHEN table_name = '{table}' AND name = '{name}' THEN {untyped('raw', column['type'])}"
+        for table, columns in types.items()
+        for name, column in columns.items()
+        if untyped("raw", column["type"]) != "false"
+    ]
+    if not cases:
+        return []
+    entries = F.concat(
+        F.map_entries(F.from_json("keys", "MAP<STRING,STRING>")),
+        F.map_entries(F.from_json("new_values", "MAP<STRING,STRING>")),
+    )
+    values = changes.select("server_transaction_id", "commit_timestamp", "table_name", F.explode(entries).alias("e")).select(
+        "server_transaction_id", "commit_timestamp", "table_name", F.col("e.key").alias("name"), F.col("e.value").alias("raw")
+    )
+    bad = values.where(F.expr(f"CASE {' '.join(cases)} ELSE false END")).orderBy("commit_timestamp", "server_transaction_id")
+    return [
+        UntypedValue(r.server_transaction_id, utc(r.commit_timestamp), r.table_name, r.name, r.raw, _type_name(types[r.table_name][r.name]["type"]))
+        for r in bad.limit(limit).collect()
+    ]
+
+
+def _type_name(spanner: dict) -> str:
+    return f"ARRAY<{_type_name(spanner['array_element_type'])}>" if spanner["code"] == "ARRAY" else spanner["code"]
+
+
+class Quarantine:
+    """``<lake>/quarantine``: the changelog rows of transactions a cut set aside, with the reason."""
+
+    def __init__(self, spark: SparkSession, path: str) -> None:
+        self.spark = spark
+        self.path = path
+
+    def add(self, changes: DataFrame, values: list[UntypedValue], cut: datetime) -> None:
+        reasons = {}
+        for value in values:
+            reasons.setdefault(value.transaction, []).append(value.describe())
+        reason = F.create_map(*[x for t, r in sorted(reasons.items()) for x in (F.lit(t), F.lit("; ".join(r)))])
+        rows = (
+            changes.where(F.col("server_transaction_id").isin(sorted(reasons)))
+            .withColumn("reason", reason[F.col("server_transaction_id")])
+            .withColumn("cut_timestamp", F.lit(cut))
+            .withColumn("quarantined_at", F.current_timestamp())
+        )
+        micros = int(cut.timestamp() * 1_000_000)
+        rows.write.format("delta").mode("append").option("txnAppId", _APP_ID).option("txnVersion", micros).option(
+            "mergeSchema", "true"
+        ).save(self.path)
+
+    def exists(self) -> bool:
+        return DeltaTable.isDeltaTable(self.spark, self.path)
+
+    def table(self) -> DataFrame:
+        return self.spark.read.format("delta").load(self.path)
+
+    def transactions(self) -> list[dict]:
+        """One summary per quarantined transaction: id, commit timestamp, tables, rows and reason."""
+        if not self.exists():
+            return []
+        summary = self.table().groupBy("server_transaction_id").agg(
+            F.min("commit_timestamp").alias("commit_timestamp"),
+            F.concat_ws(",", F.sort_array(F.collect_set("table_name"))).alias("tables"),
+            F.count("*").alias("rows"),
+            F.first("reason").alias("reason"),
+        )
+        return [r.asDict() for r in summary.orderBy("commit_timestamp").collect()]
+
+    def resolve(self, transaction_ids: list[str]) -> int:
+        """Remove transactions an operator has dealt with (see module docstring); returns how many rows."""
+        if not self.exists() or not transaction_ids:
+            return 0
+        before = self.table().count()
+        DeltaTable.forPath(self.spark, self.path).delete(F.col("server_transaction_id").isin(list(transaction_ids)))
+        return before - self.table().count()

@@ -1,0 +1,92 @@
+"""A storage root given as a local directory or a URI (``gs://bucket/prefix``), opened with
+pyarrow's filesystems, with the one write primitive landing and markers need.
+
+``write_atomic`` leaves a file complete or absent:
+
+- local directories: write a temporary file in the target directory, fsync it, rename it into
+  place (atomic on POSIX), fsync the directory, so the file survives a machine crash too;
+- object stores: a single-object upload, which becomes visible only when complete.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Callable, IO
+
+import pyarrow as pa
+from pyarrow import fs as pafs
+
+from cs_platform.changestream.errors import InvalidArgumentError
+
+
+class Location:
+    def __init__(self, root: str, setting: str) -> None:
+        if not root:
+            raise InvalidArgumentError(f"{setting} is empty: set it to a local directory or a gs:// URI")
+        self.root = root.rstrip("/")
+        self.setting = setting
+        self.is_local = "://" not in root or root.startswith("file://")
+        if self.is_local:
+            self.filesystem, self.base = pafs.LocalFileSystem(), str(Path(root.removeprefix("file://")).resolve())
+        else:
+            try:
+                self.filesystem, self.base = pafs.FileSystem.from_uri(self.root)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+                raise InvalidArgumentError(f"{setting}={root!r} is not a supported location: {e}") from e
+
+    def uri(self, path: str) -> str:
+        """A path under :attr:`base` as the user names it (a URI for object stores)."""
+        if self.is_local:
+            return path
+        return f"{self.root.split('://', 1)[0]}://{path}"
+
+    def exists(self, path: str) -> bool:
+        return self.filesystem.get_file_info(path).type != pafs.FileType.NotFound
+
+    def read_text(self, path: str) -> str:
+        with self.filesystem.open_input_stream(path) as f:
+            return f.read().decode()
+
+    def write_atomic(self, path: str, write: Callable[[IO[bytes]], None]) -> int:
+        """Write ``path`` whole or not at all with ``write(stream)``; returns its size in bytes."""
+        if self.is_local:
+            _write_local(path, write)
+        else:
+            self.filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            with self.filesystem.open_output_stream(path) as out:
+                write(out)
+        return self.filesystem.get_file_info(path).size
+
+    def check_writable(self, directory: str) -> None:
+        """Write and remove a probe file under ``directory``, naming the setting if that fails."""
+        probe = f"{directory}/.probe-{uuid.uuid4().hex}"
+        try:
+            self.write_atomic(probe, lambda out: out.write(b"probe"))
+            self.filesystem.delete_file(probe)
+        except OSError as e:
+            raise InvalidArgumentError(
+                f"{self.setting}={self.root!r} is not writable ({e}): point it at a directory (or bucket) "
+                "this process may write, or fix its permissions"
+            ) from e
+
+
+def _write_local(path: str, write: Callable[[IO[bytes]], None]) -> None:
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temporary, "wb") as out:
+            write(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,65 @@
+"""The steps of one stream's lake as plain functions: the mirrors asset, ``make demo``, the
+benchmarks and the tests all call these, so there is one path for the data.
+
+``advance_lake`` is a cut: read the stream's cut (the low watermark) *first*, then ingest the landing
+files, then apply the cut. Every record at or below the cut was landed before the watermark moved
+past it (DESIGN invariant 2), so once the files listed after reading the cut are ingested, every
+transaction under the cut is complete (invariant 4). The landing directory and the lake must both
+belong to the stream's source (invariant 7).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from cs_platform.changestream.connection import SpannerTarget
+from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
+from cs_platform.lake.changelog import IngestResult
+from cs_platform.lake.cuts import CutResult, Lake
+from cs_platform.landing.source import SourceIdentity, SourceMismatchError
+from cs_platform.landing.store import LandingStore
+
+
+def stream_cut(store: PartitionMetadataStore) -> datetime | None:
+    """The low watermark; once every partition is FINISHED, the highest watermark (the end).
+    None before the sensor's first tick created the metadata table."""
+    if not store.table_exists():
+        return None
+    low = store.low_watermark()
+    return low if low is not None else max((p.watermark for p in store.all()), default=None)
+
+
+def source_identity(target: SpannerTarget, stream: str, store: PartitionMetadataStore) -> SourceIdentity:
+    """The stream's source, with the creation time of its initial partition row as the epoch."""
+    created = store.get(INITIAL_PARTITION_TOKEN).created_at
+    return SourceIdentity(target.project, target.instance, target.database, stream, created.isoformat())
+
+
+@dataclass(frozen=True)
+class LakeAdvance:
+    cut: datetime
+    ingested: IngestResult
+    result: CutResult
+
+
+def ingest_landing(lake: Lake, landing: LandingStore, stream: str, source: SourceIdentity) -> IngestResult:
+    """Ingest the stream's new landing files, after checking that landing and lake are ``source``'s."""
+    owner = landing.owner(stream)
+    if owner is not None and owner != source:
+        raise SourceMismatchError(
+            f"landing directory {landing.location.uri(landing.stream_directory(stream))} belongs to "
+            f"{owner.describe()}, not to {source.describe()}: nothing was ingested. Point "
+            f"{landing.location.setting} at this source's landing root, or reset the stream (see README)."
+        )
+    lake.bind(source)
+    return lake.changelog.ingest(landing.files(stream))
+
+
+def advance_lake(lake: Lake, landing: LandingStore, store: PartitionMetadataStore, target: SpannerTarget, stream: str) -> LakeAdvance | None:
+    """One consistent cut at the stream's cut; None before the stream has partitions."""
+    cut = stream_cut(store)  # first the watermark, then the files
+    if cut is None:
+        return None
+    ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
+    return LakeAdvance(cut, ingested, lake.apply_cut(cut))

@@ -1,0 +1,144 @@
+"""Every setting the product reads from the environment, parsed in one place.
+
+Each setting is an environment variable with a parser, a default and a line of documentation (the
+README's settings table is this table). A value that does not parse is an error naming the
+variable and what it takes; an unknown ``CS_PLATFORM_*`` variable (a typo) is warned about with
+the closest known name, since a misspelt setting otherwise silently keeps its default.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Callable, Mapping
+
+from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
+from cs_platform.changestream.values import parse_timestamp
+
+log = logging.getLogger(__name__)
+
+PREFIX = "CS_PLATFORM_"
+
+
+class SettingError(InvalidArgumentError):
+    """Raised when an environment variable holds a value its setting cannot take."""
+
+
+def _integer(text: str) -> int:
+    return int(text)
+
+
+def _number(text: str) -> float:
+    return float(text)
+
+
+def _timestamp(text: str) -> datetime:
+    return parse_timestamp(text)
+
+
+def _names(text: str) -> list[str]:
+    return [s.strip() for s in text.split(",") if s.strip()]
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"one of {', '.join(choices)}")
+        return text
+
+    parse.expects = f"one of {', '.join(choices)}"  # type: ignore[attr-defined]
+    return parse
+
+
+_EXPECTS = {
+    _integer: "a whole number, e.g. 2000",
+    _number: "a number of seconds, e.g. 60 or 0.5",
+    _timestamp: "an RFC 3339 timestamp, e.g. 2026-01-31T12:00:00Z",
+    _names: "comma-separated names",
+    str: "text",
+}
+
+
+@dataclass(frozen=True)
+class Setting:
+    env: str
+    parse: Callable[[str], Any]
+    default: str | None
+    doc: str
+    field: str | None = None  # the resource field it configures, if any
+
+    @property
+    def expects(self) -> str:
+        return getattr(self.parse, "expects", None) or _EXPECTS[self.parse]
+
+
+SETTINGS = {
+    s.env: s
+    for s in [
+        Setting("CS_PLATFORM_SPANNER_PROJECT", str, None, "Google Cloud project of the source database (required)", "project_id"),
+        Setting("CS_PLATFORM_SPANNER_INSTANCE", str, None, "Spanner instance (required)", "instance_id"),
+        Setting("CS_PLATFORM_SPANNER_DATABASE", str, None, "source database (required)", "database_id"),
+        Setting("SPANNER_EMULATOR_HOST", str, None, "host:port of a Spanner emulator; unset for Cloud Spanner (ADC)", "emulator_host"),
+        Setting("CS_PLATFORM_CHANGE_STREAMS", _names, "BankStream", "comma-separated change stream names"),
+        Setting("CS_PLATFORM_METADATA_DATABASE", str, None, "database of the partition metadata tables (default: the source)", "metadata_database_id"),
+        Setting("CS_PLATFORM_START_TIMESTAMP", _timestamp, None, "RFC 3339 start (default: the first sensor tick)", "start_timestamp"),
+        Setting("CS_PLATFORM_END_TIMESTAMP", _timestamp, None, "RFC 3339 end (default: none, read forever)", "end_timestamp"),
+        Setting("CS_PLATFORM_HEARTBEAT_MILLIS", _integer, "2000", "heartbeat interval in ms, 100..300000", "heartbeat_millis"),
+        Setting("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", _number, "60", "how long one run reads before it lands and ends", "soft_timeout_seconds"),
+        Setting("CS_PLATFORM_MAX_PARALLEL_READS", _integer, "8", "reader runs in flight per stream", "max_parallel_reads"),
+        Setting("CS_PLATFORM_STALE_RUN_SECONDS", _number, "900", "an unfinished run older than this is presumed dead", "stale_run_seconds"),
+        Setting("CS_PLATFORM_SENSOR_INTERVAL_SECONDS", _integer, "30", "seconds between partition sensor ticks"),
+        Setting("CS_PLATFORM_SPANNER_TIMEOUT_SECONDS", _number, "20", "deadline of one Spanner call (connect, metadata query)", "timeout_seconds"),
+        Setting("CS_PLATFORM_LANDING_ROOT", str, ".demo/landing", "local directory or gs:// URI for landing files", "root"),
+        Setting("CS_PLATFORM_LAKE_ROOT", str, ".demo/lake", "local directory or gs:// URI for the Delta tables"),
+        Setting("CS_PLATFORM_SPARK_MASTER", str, "local[*]", "Spark master; any cluster URL works"),
+        Setting("CS_PLATFORM_LAKE_INTERVAL_SECONDS", _integer, "30", "seconds between lake sensor ticks (>= 10): a cut when the low watermark moved"),
+        Setting("CS_PLATFORM_MAX_LAG_SECONDS", _number, "600", "the lake is late (freshness, lag check) beyond this"),
+        Setting("CS_PLATFORM_UNTYPED_VALUES", _choice("fail", "quarantine"), "fail", "a value that cannot be typed stops the cut (fail) or sets its transaction aside (quarantine)"),
+    ]
+}
+ENV_OF_FIELD = {s.field: s.env for s in SETTINGS.values() if s.field}
+
+
+def value(environ: Mapping[str, str], env: str) -> Any:
+    """The parsed value of setting ``env`` (its default when unset or empty; None if it has none)."""
+    setting = SETTINGS[env]
+    text = environ.get(env) or setting.default
+    if text is None:
+        return None
+    try:
+        return setting.parse(text)
+    except (ValueError, MalformedRecordError) as e:
+        raise SettingError(f"{env}={text!r} is not valid: it takes {setting.expects} ({setting.doc})") from e
+
+
+def required(environ: Mapping[str, str], env: str) -> Any:
+    found = value(environ, env)
+    if found is None:
+        raise SettingError(f"{env} is not set: it is required ({SETTINGS[env].doc})")
+    return found
+
+
+def closest(name: str) -> str | None:
+    found = difflib.get_close_matches(name, list(SETTINGS), n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def unknown(environ: Mapping[str, str]) -> dict[str, str | None]:
+    """Unknown ``CS_PLATFORM_*`` variables, each with the closest known name (None if nothing is close)."""
+    return {name: closest(name) for name in sorted(environ) if name.startswith(PREFIX) and name not in SETTINGS}
+
+
+def warn_unknown(environ: Mapping[str, str]) -> dict[str, str | None]:
+    found = unknown(environ)
+    for name, near in found.items():
+        hint = f"did you mean {near}?" if near else f"known settings: {', '.join(s for s in SETTINGS if s.startswith(PREFIX))}"
+        log.warning("unknown setting %s is ignored: %s", name, hint)
+    return found
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets a resource field (the field name if none does)."""
+    return ENV_OF_FIELD.get(field, field)
