@@ -111,28 +111,45 @@ def dagster_instance():
 
 
 @pytest.fixture
-def bank_stream(make_database, metadata_database, emulator, tmp_path, monkeypatch) -> "BankStreamSetup":
-    """A bank database with stream BankStream, and the environment ``cs_platform.definitions`` reads,
-    pointing at it; call ``configure`` to set the time window and timing knobs."""
-    bank = make_database(BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
-    setup = BankStreamSetup(bank, metadata_database, tmp_path / "landing", monkeypatch, emulator.host)
-    monkeypatch.setenv("CS_PLATFORM_SPANNER_PROJECT", PROJECT)
-    monkeypatch.setenv("CS_PLATFORM_SPANNER_INSTANCE", INSTANCE)
-    monkeypatch.setenv("CS_PLATFORM_SPANNER_DATABASE", bank.database_id)
-    monkeypatch.setenv("CS_PLATFORM_METADATA_DATABASE", metadata_database.database_id)
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", emulator.host)
-    monkeypatch.setenv("CS_PLATFORM_LANDING_ROOT", str(setup.landing_root))
-    monkeypatch.setenv("CS_PLATFORM_CHANGE_STREAMS", "BankStream")
-    return setup
+def stream_setup(make_database, metadata_database, emulator, tmp_path, monkeypatch) -> Callable[..., "StreamSetup"]:
+    """A source database with the given DDL and change stream, and the environment
+    ``cs_platform.definitions`` reads, pointing at it (landing and lake under the test's temp
+    directory); call ``configure`` on the result to set the time window and timing knobs."""
+
+    def make(ddl: list[str], stream: str) -> StreamSetup:
+        source = make_database(ddl)
+        setup = StreamSetup(source, metadata_database, tmp_path / "landing", monkeypatch, emulator.host, stream)
+        for name, value in {
+            "CS_PLATFORM_SPANNER_PROJECT": PROJECT,
+            "CS_PLATFORM_SPANNER_INSTANCE": INSTANCE,
+            "CS_PLATFORM_SPANNER_DATABASE": source.database_id,
+            "CS_PLATFORM_METADATA_DATABASE": metadata_database.database_id,
+            "SPANNER_EMULATOR_HOST": emulator.host,
+            "CS_PLATFORM_LANDING_ROOT": str(setup.landing_root),
+            "CS_PLATFORM_LAKE_ROOT": str(tmp_path / "lake"),
+            "CS_PLATFORM_SPARK_MASTER": "local[2]",
+            "CS_PLATFORM_CHANGE_STREAMS": stream,
+        }.items():
+            monkeypatch.setenv(name, value)
+        return setup
+
+    return make
+
+
+@pytest.fixture
+def bank_stream(stream_setup) -> "StreamSetup":
+    """A bank database with stream BankStream (see ``stream_setup``)."""
+    return stream_setup(BANK_TABLES_DDL + [bank_stream_ddl("BankStream")], "BankStream")
 
 
 @dataclass
-class BankStreamSetup:
-    bank: Database
+class StreamSetup:
+    bank: Database  # the source database (the bank, for bank_stream)
     metadata: Database
     landing_root: Path
     monkeypatch: pytest.MonkeyPatch
     emulator_host: str
+    stream: str = "BankStream"
 
     @property
     def target(self) -> SpannerTarget:
@@ -140,7 +157,21 @@ class BankStreamSetup:
 
     @property
     def store(self) -> PartitionMetadataStore:
-        return PartitionMetadataStore(self.metadata, "BankStreamMetadata")
+        return PartitionMetadataStore(self.metadata, f"{self.stream}Metadata")
+
+    @property
+    def sensor(self) -> str:
+        from cs_platform.defs.resources import stream_slug
+
+        return f"{stream_slug(self.stream)}_partition_sensor"
+
+    def read_until_finished(self, instance, timeout_s: float) -> None:
+        """The real sensor and its runs (``SensorLoop``) until every partition is FINISHED."""
+        from cs_platform.definitions import build_definitions
+        from cs_platform.dev.sensor_loop import SensorLoop
+
+        with SensorLoop(build_definitions, instance, self.sensor) as loop:
+            loop.run_until(self.finished, timeout_s=timeout_s)
 
     def configure(
         self, start: datetime, end: datetime, soft_timeout_s: float = 2, stale_run_s: float = 20, heartbeat_ms: int = 500
@@ -157,16 +188,12 @@ class BankStreamSetup:
 
     def read_short_window(self, instance, seconds: float = 15) -> tuple[BankWorkload, datetime]:
         """Commit transfers for ``seconds`` while the sensor loop reads the stream to its end."""
-        from cs_platform.definitions import build_definitions
-        from cs_platform.dev.sensor_loop import SensorLoop
-
         end = utc_now() + timedelta(seconds=seconds)
         self.configure(end - timedelta(seconds=seconds), end)
         workload = BankWorkload(self.bank)
         writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=4), 30), daemon=True)
         writer.start()
-        with SensorLoop(build_definitions, instance, "bank_stream_partition_sensor") as loop:
-            loop.run_until(self.finished, timeout_s=seconds + 120)
+        self.read_until_finished(instance, timeout_s=seconds + 120)
         writer.join()
         return workload, end
 

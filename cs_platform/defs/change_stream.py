@@ -26,9 +26,8 @@ from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, Partition
 from cs_platform.defs.lake_assets import lake_definitions
 from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.reading import read_and_land
-from cs_platform.defs.resources import ChangeStreamResource, change_stream_resource_key, stream_slug
+from cs_platform.defs.resources import ChangeStreamResource, LandingResource, change_stream_resource_key, stream_slug
 from cs_platform.defs.runs import live_runs_by_partition, run_age_seconds
-from cs_platform.landing.store import LandingStore
 
 STREAM_TAG = "cs_platform/stream"
 READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
@@ -112,7 +111,7 @@ def change_stream_definitions(
     )
     def partition_sensor(context: SensorEvaluationContext):
         change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
-        return detect_partitions(context, names, partitions, change_stream, context.resources.landing.store())
+        return detect_partitions(context, names, partitions, change_stream, context.resources.landing)
 
     lake_step, lake_job, lake_sensor = lake_definitions(
         names.slug, stream, names.asset_key, names.resource_key, max_lag_seconds, lake_interval_seconds
@@ -125,17 +124,19 @@ def detect_partitions(
     names: ChangeStreamNames,
     partitions: DynamicPartitionsDefinition,
     change_stream: ChangeStreamResource,
-    landing: LandingStore,
+    landing_resource: LandingResource,
 ) -> SensorResult:
     store = change_stream.metadata_store()
     cursor = SensorCursor.load(context.cursor)
     if not cursor.initialized:
         # The first tick checks what every run will need, so a wrong setting fails here, named.
         change_stream.require_stream()
-        landing.check_writable()
+        landing_resource.store().check_writable()
         if store.initialize(change_stream.start(), change_stream.end(), change_stream.heartbeat_millis):
             start = store.get(INITIAL_PARTITION_TOKEN).start_timestamp
             context.log.info(f"initialized {store.table} for stream {names.stream} from {start.isoformat()}")
+        # A landing root of another source is refused here, not in every run.
+        landing_resource.store(change_stream.source_identity()).bind(names.stream)
 
     now = time.time()
     live = live_runs_by_partition(context.instance, names.job, names.asset_key)

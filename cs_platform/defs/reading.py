@@ -25,7 +25,8 @@ def read_and_land(
     key = context.partition_key
     partition = store.get_by_key(key)
     _refuse_concurrent_read(context, job_name, key)
-    landing = landing_resource.store(change_stream.source_identity())  # refuses another source's directory
+    landing = landing_resource.store(change_stream.source_identity())
+    landing.bind(change_stream.stream_name)  # refuse another source's directory before reading anything
     reader = change_stream.reader()
     replay = partition.state is PartitionState.FINISHED
     if replay:

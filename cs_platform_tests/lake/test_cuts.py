@@ -5,10 +5,11 @@ different times), applied with local Spark + Delta."""
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from delta.tables import DeltaTable
 
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
-from cs_platform.lake.cuts import IncompleteTransactionsError, Lake
+from cs_platform.lake.cuts import IncompleteTransactionsError, Lake, UntypedValueError
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 
@@ -131,3 +132,47 @@ def test_mirror_semantics_patch_delete_reinsert_many_changes_and_new_columns(lak
     assert utc(rows["A"]["UpdatedAt"]) == T0  # kept through the NEW_VALUES patch (PySpark gives local time)
     assert rows["B"] == {"AccountId": "B", "Balance": 70, "UpdatedAt": None, "Email": None}
     assert balances(lake, ts[1]) == {"A": 6, "B": 7}
+
+
+def poisoned(store: LandingStore) -> datetime:
+    """Three transactions: a good one, a transfer whose Transfers row holds an INT64 that is not a
+    number (its Accounts half is fine), and another good one after it. Returns the cut."""
+    t = [T0 + timedelta(seconds=i) for i in range(3)]
+    both = dict(records=2)
+    land(
+        store,
+        "p",
+        rec("good-1", 0, t[0], "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "10", "UpdatedAt": None})]),
+        rec("poison", 0, t[1], "Accounts", "UPDATE", [({"AccountId": "A"}, {"Balance": "5"})], **both),
+        rec("poison", 1, t[1], "Transfers", "INSERT", [({"TransferId": "x"}, {"Amount": "12 dollars"})], **both),
+        rec("good-2", 0, t[2], "Transfers", "INSERT", [({"TransferId": "y"}, {"Amount": "3"})]),
+        watermark=t[2],
+    )
+    return t[2]
+
+
+def test_an_untyped_value_stops_the_cut_naming_transaction_table_column_and_value(lake):
+    lake, store = lake
+    cut = poisoned(store)
+    lake.changelog.ingest(store.files("BankStream"))
+    with pytest.raises(UntypedValueError, match=r"transaction poison .* wrote '12 dollars' to Transfers\.Amount, which is not a INT64.*CS_PLATFORM_UNTYPED_VALUES=quarantine") as error:
+        lake.apply_cut(cut)
+    assert [(v.transaction, v.table, v.column, v.raw) for v in error.value.values] == [("poison", "Transfers", "Amount", "12 dollars")]
+    assert lake.last_cut() is None and lake.cuts() == []  # nothing applied, no mirror written
+    assert not any(DeltaTable.isDeltaTable(lake.spark, lake.mirror_path(t)) for t in ("Accounts", "Transfers"))
+
+
+def test_quarantine_sets_the_whole_transaction_aside_and_applies_the_rest(spark, tmp_path):
+    lake, store = Lake(spark, str(tmp_path / "lake"), untyped_policy="quarantine"), LandingStore(str(tmp_path / "landing"))
+    cut = poisoned(store)
+    lake.changelog.ingest(store.files("BankStream"))
+    result = lake.apply_cut(cut)
+    assert result.applied and result.transactions == 2 and {v.transaction for v in result.quarantined} == {"poison"}
+    mirrors = lake.mirrors_at_cut(cut)
+    # Neither half of the poisoned transaction is visible: A keeps 10, and no transfer x.
+    assert {r.AccountId: r.Balance for r in mirrors["Accounts"].collect()} == {"A": 10}
+    assert {r.TransferId: r.Amount for r in mirrors["Transfers"].collect()} == {"y": 3}
+    (held,) = lake.quarantine.transactions()
+    assert held["server_transaction_id"] == "poison" and held["tables"] == "Accounts,Transfers" and held["rows"] == 2
+    assert "'12 dollars' to Transfers.Amount" in held["reason"]
+    assert lake.quarantine.resolve(["poison"]) == 2 and lake.quarantine.transactions() == []
