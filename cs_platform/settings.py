@@ -122,8 +122,10 @@ def required(environ: Mapping[str, str], env: str) -> Any:
 
 
 def closest(name: str) -> str | None:
-    found = difflib.get_close_matches(name, list(SETTINGS), n=1, cutoff=0.6)
-    return found[0] if found else None
+    """The known setting ``name`` most likely misspells (compared without the shared prefix)."""
+    known = {env.removeprefix(PREFIX): env for env in SETTINGS}
+    found = difflib.get_close_matches(name.removeprefix(PREFIX), list(known), n=1, cutoff=0.75)
+    return known[found[0]] if found else None
 
 
 def unknown(environ: Mapping[str, str]) -> dict[str, str | None]:

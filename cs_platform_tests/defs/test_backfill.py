@@ -32,6 +32,9 @@ def test_replaying_a_finished_partition_is_idempotent_and_refused_while_another_
         result = job.execute_in_process(instance=dagster_instance, partition_key=key)
         (materialization,) = result.asset_materializations_for_node("bank_stream__landed_changes")
         assert materialization.metadata["replay"].value is True
+        # A replayed partition is finished and lags nothing (it used to report the lag of its end).
+        assert materialization.metadata["partition_finished"].value is True
+        assert "watermark_lag_seconds" not in materialization.metadata
         assert materialization.metadata["records"].value == original_records  # the whole range again
         paths.append(materialization.metadata["landing_path"].value)
         replayed_mods = materialization.metadata["mods"].value
@@ -61,13 +64,13 @@ def spanner() -> SpannerResource:
     [
         ({"stream_name": "Bank; DROP TABLE x"}, InvalidIdentifierError, "change stream name"),
         ({"metadata_table": "1bad"}, InvalidIdentifierError, "metadata table name"),
-        ({"heartbeat_millis": 50}, InvalidArgumentError, "heartbeat"),
-        ({"soft_timeout_seconds": 0}, InvalidArgumentError, "soft_timeout_seconds"),
-        ({"stale_run_seconds": 10, "soft_timeout_seconds": 60}, InvalidArgumentError, "stale_run_seconds"),
-        ({"start_timestamp": "yesterday"}, InvalidArgumentError, "start_timestamp 'yesterday' is not an RFC 3339"),
+        ({"heartbeat_millis": 50}, InvalidArgumentError, "CS_PLATFORM_HEARTBEAT_MILLIS: heartbeat"),
+        ({"soft_timeout_seconds": 0}, InvalidArgumentError, "CS_PLATFORM_SOFT_TIMEOUT_SECONDS must be positive"),
+        ({"stale_run_seconds": 10, "soft_timeout_seconds": 60}, InvalidArgumentError, r"CS_PLATFORM_STALE_RUN_SECONDS \(10\) must exceed CS_PLATFORM_SOFT_TIMEOUT_SECONDS"),
+        ({"start_timestamp": "yesterday"}, InvalidArgumentError, "CS_PLATFORM_START_TIMESTAMP='yesterday' is not an RFC 3339"),
     ],
 )
-def test_bad_settings_fail_before_touching_spanner_and_name_the_setting(settings, error, words):
+def test_bad_settings_fail_before_touching_spanner_and_name_the_variable(settings, error, words):
     resource = ChangeStreamResource(spanner=spanner(), **{"stream_name": "BankStream", **settings})
     with pytest.raises(error, match=words):
         resource.validated()

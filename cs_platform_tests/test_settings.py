@@ -1,0 +1,44 @@
+"""Settings from the environment: a value that does not parse names its variable and what it
+takes; an unknown CS_PLATFORM_* variable is warned about with the closest known name."""
+
+import logging
+
+import pytest
+
+from cs_platform import settings
+from cs_platform.definitions import build_definitions
+
+BASE = {"CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i", "CS_PLATFORM_SPANNER_DATABASE": "d"}
+
+
+@pytest.mark.parametrize(
+    "name, value, words",
+    [
+        ("CS_PLATFORM_HEARTBEAT_MILLIS", "2s", "CS_PLATFORM_HEARTBEAT_MILLIS='2s' is not valid: it takes a whole number"),
+        ("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", "a minute", "CS_PLATFORM_SOFT_TIMEOUT_SECONDS='a minute' is not valid: it takes a number of seconds"),
+        ("CS_PLATFORM_START_TIMESTAMP", "yesterday", "CS_PLATFORM_START_TIMESTAMP='yesterday' is not valid: it takes an RFC 3339 timestamp"),
+        ("CS_PLATFORM_UNTYPED_VALUES", "skip", "CS_PLATFORM_UNTYPED_VALUES='skip' is not valid: it takes one of fail, quarantine"),
+        ("CS_PLATFORM_LAKE_INTERVAL_SECONDS", "5", "CS_PLATFORM_LAKE_INTERVAL_SECONDS=5 is below 10"),
+        ("CS_PLATFORM_CHANGE_STREAMS", "Bank Stream", r"change stream name \(CS_PLATFORM_CHANGE_STREAMS\) 'Bank Stream'"),
+    ],
+)
+def test_a_value_that_does_not_parse_names_its_variable(name, value, words):
+    with pytest.raises(ValueError, match=words):
+        build_definitions({**BASE, name: value})
+
+
+def test_plain_python_resources_name_a_missing_required_variable():
+    from cs_platform.defs.resources import configured_resources
+
+    with pytest.raises(settings.SettingError, match="CS_PLATFORM_SPANNER_DATABASE is not set: it is required"):
+        configured_resources({"CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i"})
+    resource = configured_resources({**BASE, "CS_PLATFORM_HEARTBEAT_MILLIS": "750"})["bank_stream_change_stream"]
+    assert resource.spanner.database_id == "d" and resource.heartbeat_millis == 750
+
+
+def test_a_typo_is_warned_about_with_the_closest_known_name(caplog):
+    with caplog.at_level(logging.WARNING, logger="cs_platform.settings"):
+        build_definitions({**BASE, "CS_PLATFORM_SOFT_TIMEOUT_SECOND": "5", "CS_PLATFORM_NOTHING_LIKE_IT": "x"})
+    assert "unknown setting CS_PLATFORM_SOFT_TIMEOUT_SECOND is ignored: did you mean CS_PLATFORM_SOFT_TIMEOUT_SECONDS?" in caplog.text
+    assert "unknown setting CS_PLATFORM_NOTHING_LIKE_IT is ignored: known settings: CS_PLATFORM_SPANNER_PROJECT" in caplog.text
+    assert settings.unknown(BASE) == {}
