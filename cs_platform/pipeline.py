@@ -16,7 +16,8 @@ from datetime import datetime
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
 from cs_platform.lake.changelog import IngestResult
-from cs_platform.lake.cuts import CutResult, Lake
+from cs_platform.lake.cuts import ROOT_SETTING, CutResult, Lake
+from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity, SourceMismatchError
 from cs_platform.landing.store import LandingStore
 
@@ -63,3 +64,23 @@ def advance_lake(lake: Lake, landing: LandingStore, store: PartitionMetadataStor
         return None
     ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
     return LakeAdvance(cut, ingested, lake.apply_cut(cut))
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    lake_removed: bool
+    landing_removed: bool
+    metadata_dropped: bool
+
+
+def reset_stream(lake_root: str, landing: LandingStore, stream: str, store: PartitionMetadataStore) -> ResetResult:
+    """Forget a stream entirely: its lake (at ``lake_root``), its landing files, then its metadata table, so the next
+    sensor tick starts it afresh (with the configured start) as a new epoch. Each step can be
+    repeated; an interrupted reset is finished by running it again (the metadata table goes last,
+    so a half-reset stream is refused by its own old lake rather than mixed into it)."""
+    lake_location = Location(lake_root, ROOT_SETTING)
+    return ResetResult(
+        lake_removed=lake_location.delete_tree(lake_location.base),
+        landing_removed=landing.location.delete_tree(landing.stream_directory(stream)),
+        metadata_dropped=store.drop_table(),
+    )

@@ -190,7 +190,7 @@ class StreamSetup:
         """Commit transfers for ``seconds`` while the sensor loop reads the stream to its end."""
         end = utc_now() + timedelta(seconds=seconds)
         self.configure(end - timedelta(seconds=seconds), end)
-        workload = BankWorkload(self.bank)
+        workload = BankWorkload(self.bank, seed=next(_names))  # new accounts each call: ids never collide
         writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=4), 30), daemon=True)
         writer.start()
         self.read_until_finished(instance, timeout_s=seconds + 120)

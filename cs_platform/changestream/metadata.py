@@ -191,6 +191,16 @@ class PartitionMetadataStore:
         log.info("created partition metadata table %s", self.table)
         return True
 
+    def drop_table(self) -> bool:
+        """Drop the table and its indexes (a stream reset); False if there was none."""
+        if not self.table_exists():
+            return False
+        name = self.table
+        ddl = [f"DROP INDEX `{name}ByState`", f"DROP INDEX `{name}ByKey`", f"DROP TABLE {self._sql_table}"]
+        self.database.update_ddl(ddl).result(timeout=300)
+        log.info("dropped partition metadata table %s", name)
+        return True
+
     # ---------------------------------------------------------------------------- writes
 
     def initialize(self, start: datetime | None, end: datetime | None, heartbeat_millis: int) -> bool:

@@ -144,11 +144,13 @@ class LakeResource(ConfigurableResource):
     max_lag_seconds: float = 600.0  # the lake is late beyond this (watermark_lag check, freshness policy)
     untyped_values: str = "fail"  # or "quarantine": see cs_platform.lake.quarantine
 
+    def stream_root(self, stream: str) -> str:
+        return f"{self.root.rstrip('/')}/{validate_identifier(stream, 'change stream name')}"
+
     def lake(self, spark, stream: str) -> Lake:
         if self.untyped_values not in POLICIES:
             raise InvalidArgumentError(f"CS_PLATFORM_UNTYPED_VALUES={self.untyped_values!r} is not one of {', '.join(POLICIES)}")
-        path = f"{self.root.rstrip('/')}/{validate_identifier(stream, 'change stream name')}"
-        return Lake(spark, path, untyped_policy=self.untyped_values)
+        return Lake(spark, self.stream_root(stream), untyped_policy=self.untyped_values)
 
 
 def _timestamp_setting(name: str, value: str | None) -> datetime | None:

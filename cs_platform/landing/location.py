@@ -59,6 +59,13 @@ class Location:
                 write(out)
         return self.filesystem.get_file_info(path).size
 
+    def delete_tree(self, directory: str) -> bool:
+        """Remove ``directory`` and everything under it; False if it did not exist."""
+        if not self.exists(directory):
+            return False
+        self.filesystem.delete_dir(directory)
+        return True
+
     def check_writable(self, directory: str) -> None:
         """Write and remove a probe file under ``directory``, naming the setting if that fails."""
         probe = f"{directory}/.probe-{uuid.uuid4().hex}"

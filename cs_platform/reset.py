@@ -1,0 +1,52 @@
+"""``python -m cs_platform.reset STREAM``: start a change stream over, from the configured settings.
+
+Drops the stream's partition metadata table and removes its landing files and its lake (changelog,
+mirrors, manifest, quarantine). The next partition sensor tick initializes the stream again from
+CS_PLATFORM_START_TIMESTAMP (or now) as a new epoch. Use it after changing the start or end of a
+stream, or to move a lake to another source. It asks for the stream name to be typed back unless
+``--yes`` is given. Reads the same environment as the Dagster definitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from cs_platform.defs.resources import change_stream_resource_key, configured_resources
+from cs_platform.pipeline import reset_stream
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cs_platform.reset", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("stream", help="the change stream to reset, as in CS_PLATFORM_CHANGE_STREAMS")
+    parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    args = parser.parse_args(argv)
+    resources = configured_resources({**os.environ, "CS_PLATFORM_CHANGE_STREAMS": args.stream})
+    change_stream = resources[change_stream_resource_key(args.stream)]
+    store = change_stream.metadata_store()
+    landing = resources["landing"].store()
+    lake_root = resources["lake"].stream_root(args.stream)
+    print(
+        f"This removes stream {args.stream}'s metadata table {store.table} (database "
+        f"{change_stream.metadata_database_id or change_stream.spanner.database_id}), its landing files under "
+        f"{landing.location.uri(landing.stream_directory(args.stream))} and its lake {lake_root}."
+    )
+    if not args.yes:
+        if not sys.stdin.isatty():
+            print("refusing without confirmation: run it in a terminal, or pass --yes", file=sys.stderr)
+            return 2
+        if input(f"Type the stream name ({args.stream}) to confirm: ").strip() != args.stream:
+            print("not confirmed: nothing was removed")
+            return 1
+    result = reset_stream(lake_root, landing, args.stream, store)
+    print(
+        f"reset {args.stream}: lake {'removed' if result.lake_removed else 'was absent'}, landing "
+        f"{'removed' if result.landing_removed else 'was absent'}, metadata table "
+        f"{'dropped' if result.metadata_dropped else 'was absent'}. The next sensor tick starts it afresh."
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
