@@ -96,6 +96,7 @@ SETTINGS = {
         Setting("CS_PLATFORM_SPARK_MASTER", str, "local[*]", "Spark master; any cluster URL works"),
         Setting("CS_PLATFORM_LAKE_INTERVAL_SECONDS", _integer, "30", "seconds between lake sensor ticks (>= 10): a cut when the low watermark moved"),
         Setting("CS_PLATFORM_MAX_LAG_SECONDS", _number, "600", "the lake is late (freshness, lag check) beyond this"),
+        Setting("CS_PLATFORM_EMULATOR_BIN", str, None, "path of emulator_main for make demo/dev/test (default: the Debian package's)"),
         Setting("CS_PLATFORM_UNTYPED_VALUES", _choice("fail", "quarantine"), "fail", "a value that cannot be typed stops the cut (fail) or sets its transaction aside (quarantine)"),
     ]
 }

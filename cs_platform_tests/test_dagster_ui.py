@@ -1,9 +1,11 @@
 """`dagster dev -w workspace.yaml` on the emulator, checked in headless Chromium.
 
-The real daemon evaluates the real sensor and launches real run processes (Dagster's default run
-launcher and queued run coordinator, with the tag concurrency limits of ``cs_platform.dev.embedded``);
-the webserver must then show the asset, the sensor, the dynamic partitions and the run history.
-A screenshot of the asset page is left in the test's temp directory (never in git).
+The real daemon evaluates the real sensors and launches real run processes (Dagster's default run
+launcher and queued run coordinator, with the tag concurrency limits of ``cs_platform.dev.embedded``):
+the partition sensor's reader runs, and the lake sensor's cuts, with nobody clicking. The lake must
+advance on its own (at least 3 cuts within 3 minutes, each a consistent bank), and the webserver
+must show the assets, sensors, dynamic partitions, run history, the mirrors' freshness policy and
+the checks' descriptions. Screenshots are left in the test's temp directory (never in git).
 """
 
 import shutil
@@ -19,9 +21,12 @@ from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.dev.dagster_dev import start_dagster_dev, stop_dagster_dev
+from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.embedded import DAGSTER_YAML
 from cs_platform.dev.emulator import free_loopback_port
-from cs_platform.dev.workload import BankWorkload
+from cs_platform.defs.lake_assets import CHECKS
+from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
+from cs_platform.lake.cuts import Lake
 
 CHROMIUM_FLAGS = [
     "--headless",
@@ -50,10 +55,11 @@ def render(url: str, profile: Path, screenshot: Path | None = None) -> str:
 
 
 def wait_until(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
+    """Wait for ``predicate``; ``timeout_s`` is scaled by the machine's load (``Deadline``)."""
+    deadline = Deadline(timeout_s)
     while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not within {timeout_s:.0f}s")
+        if deadline.expired():
+            raise TimeoutError(f"{what} not within {deadline.describe()}")
         time.sleep(1)
 
 
@@ -65,16 +71,17 @@ def serving(url: str) -> bool:
         return False
 
 
-def test_dagster_dev_shows_asset_sensor_partitions_and_runs(bank_stream, tmp_path, monkeypatch):
+def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(bank_stream, tmp_path, monkeypatch, spark):
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text(DAGSTER_YAML)
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     monkeypatch.setenv("CS_PLATFORM_SENSOR_INTERVAL_SECONDS", "5")
+    monkeypatch.setenv("CS_PLATFORM_LAKE_INTERVAL_SECONDS", "10")
     start = utc_now()
-    bank_stream.configure(start, start + timedelta(minutes=10), soft_timeout_s=5, stale_run_s=120)
+    bank_stream.configure(start, start + timedelta(minutes=10), soft_timeout_s=15, stale_run_s=120)
     workload = BankWorkload(bank_stream.bank)
-    threading.Thread(target=workload.run_until, args=(start + timedelta(seconds=40), 10), daemon=True).start()
+    threading.Thread(target=workload.run_until, args=(start + timedelta(minutes=4), 10), daemon=True).start()
 
     port = free_loopback_port()
     base = f"http://127.0.0.1:{port}"
@@ -86,7 +93,17 @@ def test_dagster_dev_shows_asset_sensor_partitions_and_runs(bank_stream, tmp_pat
             succeeded = RunsFilter(job_name="bank_stream_read_partition", statuses=[DagsterRunStatus.SUCCESS])
             wait_until(lambda: instance.get_runs_count(succeeded) >= 3, 240, "three sensor-launched runs")
             keys = instance.get_dynamic_partitions("bank_stream_partitions")
+            # The lake advances by itself: three cuts from the lake sensor within 3 minutes.
+            cuts = RunsFilter(job_name="bank_stream_lake", statuses=[DagsterRunStatus.SUCCESS])
+            wait_until(lambda: instance.get_runs_count(cuts) >= 3, 180, "three lake runs launched by the lake sensor")
+            lake_runs = instance.get_run_records(RunsFilter(job_name="bank_stream_lake"))
+            assert all(r.dagster_run.tags.get("dagster/sensor_name") == "bank_stream_lake_sensor" for r in lake_runs)
         assert "initial" in keys and len(keys) >= 3
+        lake = Lake(spark, str(tmp_path / "lake" / "BankStream"))
+        assert len(lake.cuts()) >= 3
+        for cut in lake.cuts():
+            balances = [r.Balance for r in lake.mirrors_at_cut(cut)["Accounts"].collect()]
+            assert balances and sum(balances) == INITIAL_BALANCE * len(balances), f"cut {cut} is not a consistent bank"
 
         profile = tmp_path / "chromium"
         asset_page = render(f"{base}/assets/bank_stream/landed_changes", profile, tmp_path / "asset.png")
@@ -97,6 +114,12 @@ def test_dagster_dev_shows_asset_sensor_partitions_and_runs(bank_stream, tmp_pat
         assert "bank_stream_partition_sensor" in automation_page
         runs_page = render(f"{base}/runs", profile)
         assert "bank_stream_read_partition" in runs_page and "Success" in runs_page
+        assert "bank_stream_lake" in runs_page
+        mirrors_page = render(f"{base}/assets/bank_stream/mirrors", profile, tmp_path / "mirrors.png")
+        assert "Freshness" in mirrors_page
+        checks_page = render(f"{base}/assets/bank_stream/mirrors?view=checks", profile, tmp_path / "checks.png")
+        for name, description in CHECKS.items():
+            assert name in checks_page and description[:40] in checks_page
         print(f"UI checked; screenshot at {tmp_path / 'asset.png'}")
     finally:
         stop_dagster_dev(dev)

@@ -2,8 +2,10 @@
 takes; an unknown CS_PLATFORM_* variable is warned about with the closest known name."""
 
 import logging
+from pathlib import Path
 
 import pytest
+from dagster import Definitions
 
 from cs_platform import settings
 from cs_platform.definitions import build_definitions
@@ -42,3 +44,14 @@ def test_a_typo_is_warned_about_with_the_closest_known_name(caplog):
     assert "unknown setting CS_PLATFORM_SOFT_TIMEOUT_SECOND is ignored: did you mean CS_PLATFORM_SOFT_TIMEOUT_SECONDS?" in caplog.text
     assert "unknown setting CS_PLATFORM_NOTHING_LIKE_IT is ignored: known settings: CS_PLATFORM_SPANNER_PROJECT" in caplog.text
     assert settings.unknown(BASE) == {}
+
+
+def test_the_definitions_load_as_a_code_location_would():
+    defs = build_definitions(BASE)
+    Definitions.validate_loadable(defs)  # what dagster dev does: names must not collide
+    assert {s.name for s in defs.sensors} == {"bank_stream_partition_sensor", "bank_stream_lake_sensor"}
+
+
+def test_the_readme_lists_every_setting():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert [s for s in settings.SETTINGS if f"`{s}`" not in readme] == []

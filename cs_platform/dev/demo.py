@@ -45,10 +45,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=30, help="length of the read window")
     parser.add_argument("--writes-per-second", type=float, default=40)
     parser.add_argument("--workdir", type=Path, default=Path(".demo"))
+    parser.add_argument("--verbose", action="store_true", help="show library logs too (migrations, Spark, runs)")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("google", "alembic", "cs_platform.changestream.reader"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # The console shows the demo's own progress; libraries speak only when something is wrong.
+    level = logging.INFO if args.verbose else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
 
     with embedded_bank(args.workdir) as bank:
         start = utc_now()
@@ -70,13 +72,14 @@ def main() -> None:
         landing = resources["landing"].store()
         spark_log = bank.workdir / "spark.log"
         print(f"starting Spark (the first run downloads Delta's jars from Maven Central; its log: {spark_log})")
-        spark = delta_spark_session("cs_platform_demo", "local[2]", jvm_log=spark_log)
+        spark = delta_spark_session("cs_platform_demo", "local[2]", jvm_log=None if args.verbose else spark_log)
         lake = resources["lake"].lake(spark, STREAM)
         cutter = Cutter(lake, landing, store, bank.target, STREAM).start()
-        with DagsterInstance.get() as instance, SensorLoop(build_definitions, instance, "bank_stream_partition_sensor") as loop:
+        with DagsterInstance.get() as instance, SensorLoop(build_definitions, instance, "bank_stream_partition_sensor", worker_log_level=level) as loop:
             progress = Progress(store, loop, workload, cutter)
             loop.run_until(progress.finished, timeout_s=args.seconds + 300)
         writer.join()
+        print("every partition FINISHED: applying the final cut")
         cutter.stop()
         report(store, loop, workload, landing, end)
         report_cuts(lake)

@@ -46,10 +46,11 @@ _worker_definitions: Definitions | None = None
 _worker_instance: DagsterInstance | None = None
 
 
-def _init_worker(factory: DefinitionsFactory, instance_ref: InstanceRef) -> None:
+def _init_worker(factory: DefinitionsFactory, instance_ref: InstanceRef, log_level: int) -> None:
     global _worker_definitions, _worker_instance
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("google").setLevel(logging.WARNING)
+    logging.basicConfig(level=log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("google", "alembic"):
+        logging.getLogger(noisy).setLevel(max(log_level, logging.WARNING))
     _worker_definitions = factory()
     _worker_instance = DagsterInstance.from_ref(instance_ref)
 
@@ -73,6 +74,7 @@ class SensorLoop:
         instance: DagsterInstance,
         sensor_name: str,
         max_workers: int = 4,
+        worker_log_level: int = logging.INFO,
         tick_interval_s: float = 0.5,
         cursor: str | None = None,
     ) -> None:
@@ -86,7 +88,7 @@ class SensorLoop:
             max_workers=max_workers,
             mp_context=multiprocessing.get_context("spawn"),
             initializer=_init_worker,
-            initargs=(definitions_factory, instance.get_ref()),
+            initargs=(definitions_factory, instance.get_ref(), worker_log_level),
         )
         self._runs: list[Future] = []
 
