@@ -51,6 +51,8 @@ def main() -> None:
     level = logging.INFO if args.verbose else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    if not args.verbose:
+        logging.disable(logging.INFO)  # Dagster's sensor logger sets its own level on every tick
 
     with embedded_bank(args.workdir) as bank:
         start = utc_now()

@@ -174,13 +174,14 @@ class BankWorkload:
             if progress_every and (i + 1) % progress_every == 0:
                 log.info("workload: %d transfers committed (%.0f tx/s)", i + 1, (i + 1) / (time.monotonic() - started))
 
-    def run_until(self, stop_at: datetime, per_second: float, accounts: int = 20) -> None:
+    def run_until(self, stop_at: datetime, per_second: float, accounts: int = 20, stop: threading.Event | None = None) -> None:
         """Create ``accounts`` accounts, then transfer at about ``per_second`` until a commit passes
-        ``stop_at``. Paced because unpaced writes starve the emulator's partition churn thread."""
+        ``stop_at`` (or ``stop`` is set). Paced because unpaced writes starve the emulator's
+        partition churn thread."""
         for _ in range(accounts):
             self.create_account()
         began = time.monotonic()
-        while self.committed[-1].commit_timestamp < stop_at:
+        while self.committed[-1].commit_timestamp < stop_at and not (stop and stop.is_set()):
             self.transfer()
             ahead = began + len(self.committed) / per_second - time.monotonic()
             if ahead > 0:

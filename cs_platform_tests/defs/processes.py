@@ -21,6 +21,7 @@ from pathlib import Path
 from dagster import DagsterInstance
 
 from cs_platform.definitions import build_definitions
+from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.landing.store import LandingStore
 
@@ -34,10 +35,10 @@ def spawn(*args: str) -> subprocess.Popen:
 
 
 def wait_for(path: Path, timeout_s: float = 90) -> dict:
-    deadline = time.monotonic() + timeout_s
+    deadline = Deadline(timeout_s)
     while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} not written in {timeout_s}s")
+        if deadline.expired():
+            raise TimeoutError(f"{path} not written ({deadline.describe()})")
         time.sleep(0.1)
     time.sleep(0.05)
     return json.loads(path.read_text())
