@@ -34,4 +34,4 @@ bench: setup check-emulator
 	$(PY) bench/lake_apply.py
 
 clean:
-	rm -rf $(VENV) .demo .pytest_cache
+	rm -rf $(VENV) .demo .dev .pytest_cache

@@ -138,14 +138,15 @@ class SensorLoop:
         self._runs = [f for f in self._runs if not f.done()]
         return len(self._runs)
 
-    def run_until(self, done: Callable[[], bool], timeout_s: float) -> None:
-        """Tick until ``done()`` holds and no run is executing; fail when ``timeout_s`` (scaled by
-        the machine's load, see ``deadline``) is spent."""
+    def run_until(self, done: Callable[[], bool], timeout_s: float, drain: bool = True) -> None:
+        """Tick until ``done()`` holds and (with ``drain``) no run is executing; fail when
+        ``timeout_s`` (scaled by the machine's load, see ``deadline``) is spent. A stream without an
+        end always has runs in flight: pass ``drain=False`` (they finish when the loop closes)."""
         deadline = Deadline(timeout_s)
         while not deadline.expired():
             self.tick()
             finished = done()  # called every tick: callers use it for progress too
-            if finished and not self.pending_runs():
+            if finished and not (drain and self.pending_runs()):
                 return
             time.sleep(self.tick_interval_s)
         raise TimeoutError(f"sensor loop not done ({deadline.describe()}): {self.stats}")
