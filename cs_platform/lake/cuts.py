@@ -162,6 +162,8 @@ class Lake:
             counts = changes.agg(F.countDistinct("server_transaction_id"), F.count("*")).first()
         finally:
             cached.unpersist()
+        if not tables and previous is None:
+            return CutResult(cut, previous, applied=False)  # nothing under the first cut: no mirror to record
         untouched = {r.table_name for r in self._manifest_rows(previous)} - set(tables) if previous is not None else set()
         versions.update({table: version(self.spark, self.mirror_path(table)) for table in untouched})
         versions = dict(sorted(versions.items()))

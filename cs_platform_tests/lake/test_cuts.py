@@ -176,3 +176,12 @@ def test_quarantine_sets_the_whole_transaction_aside_and_applies_the_rest(spark,
     assert held["server_transaction_id"] == "poison" and held["tables"] == "Accounts,Transfers" and held["rows"] == 2
     assert "'12 dollars' to Transfers.Amount" in held["reason"]
     assert lake.quarantine.resolve(["poison"]) == 2 and lake.quarantine.transactions() == []
+
+
+def test_a_first_cut_with_nothing_under_it_records_nothing(lake):
+    lake, store = lake
+    later = T0 + timedelta(seconds=5)
+    land(store, "p", rec("t", 0, later, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "1", "UpdatedAt": None})]), watermark=later)
+    lake.changelog.ingest(store.files("BankStream"))
+    assert not lake.apply_cut(T0).applied and lake.cuts() == []  # the only change is after the cut
+    assert lake.apply_cut(later).applied and lake.cuts() == [later]

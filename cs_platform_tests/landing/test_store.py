@@ -79,7 +79,7 @@ def test_a_failed_write_leaves_no_file_behind(tmp_path, monkeypatch):
 
 
 def test_bad_settings_name_the_setting(tmp_path):
-    with pytest.raises(InvalidArgumentError, match="landing root"):
+    with pytest.raises(InvalidArgumentError, match="CS_PLATFORM_LANDING_ROOT is empty"):
         LandingStore("")
     with pytest.raises(InvalidArgumentError, match="not a supported location"):
         LandingStore("nosuchscheme://bucket/x")
