@@ -100,7 +100,8 @@ class SensorLoop:
                 instance_ref=self.instance.get_ref(),  # lets run requests name partitions added this tick
                 cursor=self.cursor,
                 sensor_name=self.sensor.name,
-                resources=self.definitions.resources,
+                # Only what the sensor requires, as the daemon does (not a Spark session per tick).
+                resources={k: v for k, v in self.definitions.resources.items() if k in self.sensor.required_resource_keys},
                 definitions=self.definitions,
             ) as context,
         ):
