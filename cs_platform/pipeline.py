@@ -18,7 +18,7 @@ from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, Partition
 from cs_platform.lake.changelog import IngestResult
 from cs_platform.lake.cuts import ROOT_SETTING, CutResult, Lake
 from cs_platform.landing.location import Location
-from cs_platform.landing.source import SourceIdentity, SourceMismatchError
+from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 
 
@@ -46,13 +46,7 @@ class LakeAdvance:
 
 def ingest_landing(lake: Lake, landing: LandingStore, stream: str, source: SourceIdentity) -> IngestResult:
     """Ingest the stream's new landing files, after checking that landing and lake are ``source``'s."""
-    owner = landing.owner(stream)
-    if owner is not None and owner != source:
-        raise SourceMismatchError(
-            f"landing directory {landing.location.uri(landing.stream_directory(stream))} belongs to "
-            f"{owner.describe()}, not to {source.describe()}: nothing was ingested. Point "
-            f"{landing.location.setting} at this source's landing root, or reset the stream (see README)."
-        )
+    landing.check_source(stream, source)
     lake.bind(source)
     return lake.changelog.ingest(landing.files(stream))
 

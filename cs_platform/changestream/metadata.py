@@ -32,7 +32,7 @@ from google.cloud.spanner_v1 import param_types
 from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.errors import InvalidArgumentError, PartitionNotFoundError, SettingsDriftError
-from cs_platform.changestream.query import quote_identifier, validate_heartbeat_millis, validate_identifier
+from cs_platform.changestream.query import validate_heartbeat_millis, validate_identifier
 from cs_platform.changestream.records import ChildPartitionsRecord
 
 log = logging.getLogger(__name__)
@@ -139,15 +139,14 @@ class PartitionMetadataStore:
     def __init__(self, database: Database, table_name: str, timeout_s: float = 30.0) -> None:
         self.database = database
         self.timeout_s = timeout_s  # deadline of each metadata query: a tick never hangs on Spanner
-        self.table = validate_identifier(table_name, "metadata table name")
-        self._sql_table = quote_identifier(table_name, "metadata table name")  # the name as SQL spells it
+        self.table = validate_identifier(table_name, "metadata table name")  # quoted as `table` in every statement
 
     # ------------------------------------------------------------------------------ schema
 
     def ddl(self) -> list[str]:
-        t, name = self._sql_table, self.table
+        name = self.table
         return [
-            f"""CREATE TABLE {t} (
+            f"""CREATE TABLE `{name}` (
                 PartitionToken STRING(MAX) NOT NULL,
                 PartitionKey STRING(64) NOT NULL,
                 ParentTokens ARRAY<STRING(MAX)> NOT NULL,
@@ -161,8 +160,8 @@ class PartitionMetadataStore:
                 RunningAt TIMESTAMP OPTIONS (allow_commit_timestamp=true),
                 FinishedAt TIMESTAMP OPTIONS (allow_commit_timestamp=true)
             ) PRIMARY KEY (PartitionToken)""",
-            f"CREATE INDEX `{name}ByState` ON {t}(State)",
-            f"CREATE UNIQUE INDEX `{name}ByKey` ON {t}(PartitionKey)",
+            f"CREATE INDEX `{name}ByState` ON `{name}`(State)",
+            f"CREATE UNIQUE INDEX `{name}ByKey` ON `{name}`(PartitionKey)",
         ]
 
     def table_exists(self) -> bool:
@@ -196,7 +195,7 @@ class PartitionMetadataStore:
         if not self.table_exists():
             return False
         name = self.table
-        ddl = [f"DROP INDEX `{name}ByState`", f"DROP INDEX `{name}ByKey`", f"DROP TABLE {self._sql_table}"]
+        ddl = [f"DROP INDEX `{name}ByState`", f"DROP INDEX `{name}ByKey`", f"DROP TABLE `{self.table}`"]
         self.database.update_ddl(ddl).result(timeout=300)
         log.info("dropped partition metadata table %s", name)
         return True
@@ -294,7 +293,7 @@ class PartitionMetadataStore:
     def _transition(self, transaction, tokens: list[str], to: PartitionState) -> int:
         sources, stamp = _TRANSITIONS[to]
         return transaction.execute_update(
-            f"UPDATE {self._sql_table} SET State = @to, {stamp} = PENDING_COMMIT_TIMESTAMP() "
+            f"UPDATE `{self.table}` SET State = @to, `{stamp}` = PENDING_COMMIT_TIMESTAMP() "
             "WHERE PartitionToken IN UNNEST(@tokens) AND State IN UNNEST(@sources)",
             params={"to": to.value, "tokens": tokens, "sources": [s.value for s in sources]},
             param_types={
@@ -312,7 +311,7 @@ class PartitionMetadataStore:
 
         def work(tx) -> None:
             updated = tx.execute_update(
-                f"UPDATE {self._sql_table} SET Watermark = @w WHERE PartitionToken = @p AND Watermark < @w",
+                f"UPDATE `{self.table}` SET Watermark = @w WHERE PartitionToken = @p AND Watermark < @w",
                 params={"w": watermark, "p": token},
                 param_types={"w": param_types.TIMESTAMP, "p": param_types.STRING},
             )
@@ -332,9 +331,9 @@ class PartitionMetadataStore:
         """Delete FINISHED rows finished before now - ``older_than``, except parents of unfinished
         children (detection needs to see that every parent of a CREATED child is FINISHED)."""
         sql = (
-            f"DELETE FROM {self._sql_table} p WHERE p.State = 'FINISHED' "
+            f"DELETE FROM `{self.table}` p WHERE p.State = 'FINISHED' "
             "AND p.FinishedAt < TIMESTAMP_SUB(CURRENT_TIMESTAMP(), INTERVAL @age MICROSECOND) "
-            f"AND NOT EXISTS (SELECT 1 FROM {self._sql_table} c WHERE c.State != 'FINISHED' "
+            f"AND NOT EXISTS (SELECT 1 FROM `{self.table}` c WHERE c.State != 'FINISHED' "
             "AND p.PartitionToken IN UNNEST(c.ParentTokens))"
         )
         age = int(older_than / ONE_MICROSECOND)
@@ -345,7 +344,7 @@ class PartitionMetadataStore:
     # ----------------------------------------------------------------------------- reads
 
     def _query(self, where: str = "", params: dict | None = None, types: dict | None = None) -> list[PartitionMetadata]:
-        sql = f"SELECT {', '.join(COLUMNS)} FROM {self._sql_table} p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
+        sql = f"SELECT {', '.join(COLUMNS)} FROM `{self.table}` p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
         with self.database.snapshot() as snap:
             rows = snap.execute_sql(sql, params=params, param_types=types, timeout=self.timeout_s)
             return [PartitionMetadata.from_row(r) for r in rows]
@@ -379,7 +378,7 @@ class PartitionMetadataStore:
         """CREATED partitions whose parents are all FINISHED (a merge child waits for every parent)."""
         return self._query(
             "WHERE p.State = 'CREATED' AND NOT EXISTS ("
-            f"SELECT 1 FROM UNNEST(p.ParentTokens) AS parent LEFT JOIN {self._sql_table} q "
+            f"SELECT 1 FROM UNNEST(p.ParentTokens) AS parent LEFT JOIN `{self.table}` q "
             "ON q.PartitionToken = parent WHERE q.State IS NULL OR q.State != 'FINISHED')"
         )
 
@@ -389,7 +388,7 @@ class PartitionMetadataStore:
         None when no partition is unfinished (the stream reached its end timestamp).
         """
         with self.database.snapshot() as snap:
-            sql = f"SELECT MIN(Watermark) FROM {self._sql_table} WHERE State != 'FINISHED'"
+            sql = f"SELECT MIN(Watermark) FROM `{self.table}` WHERE State != 'FINISHED'"
             rows = list(snap.execute_sql(sql, timeout=self.timeout_s))
         return rows[0][0] if rows else None
 

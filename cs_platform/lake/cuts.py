@@ -35,7 +35,7 @@ from cs_platform.lake.changelog import Changelog
 from cs_platform.lake.mirrors import apply_changes, column_types_by_table, version
 from cs_platform.lake.types import utc
 from cs_platform.landing.location import Location
-from cs_platform.landing.source import SourceIdentity, bind, owner_of
+from cs_platform.landing.source import SourceIdentity, bind
 from cs_platform.lake.quarantine import Quarantine, UntypedValue, untyped_values
 
 POLICIES = ("fail", "quarantine")
@@ -86,10 +86,6 @@ class Lake:
         """Record ``source`` as this lake's owner if it has none; refuse another (``landing.source``)."""
         location = Location(self.root, ROOT_SETTING)
         bind(location, location.base, source, "lake")
-
-    def owner(self) -> SourceIdentity | None:
-        location = Location(self.root, ROOT_SETTING)
-        return owner_of(location, location.base)
 
     @property
     def manifest_path(self) -> str:

@@ -43,12 +43,8 @@ class UntypedValue:
 def untyped_values(changes: DataFrame, types: dict[str, dict[str, dict]], limit: int = 10_000) -> list[UntypedValue]:
     """Every key or new value in ``changes`` that has no value of its column's type (at most
     ``limit``), in commit order. ``types``: per table, its columns (``column_types_by_table``)."""
-    cases = [
-        f"WHEN table_name = '{table}' AND name = '{name}' THEN {untyped('raw', column['type'])}"
-        for table, columns in types.items()
-        for name, column in columns.items()
-        if untyped("raw", column["type"]) != "false"
-    ]
+    predicates = {(table, name): untyped("raw", column["type"]) for table, columns in types.items() for name, column in columns.items()}
+    cases = [f"WHEN table_name = '{t}' AND name = '{n}' THEN {p}" for (t, n), p in predicates.items() if p != "false"]
     if not cases:
         return []
     entries = F.concat(

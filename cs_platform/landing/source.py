@@ -49,12 +49,17 @@ def bind(location: Location, directory: str, source: SourceIdentity, what: str) 
     marker = f"{directory}/{MARKER}"
     if not location.exists(marker):
         location.write_atomic(marker, lambda out: out.write(source.to_json().encode()))
+    check_owner(location, directory, source, what)
+
+
+def check_owner(location: Location, directory: str, source: SourceIdentity, what: str) -> None:
+    """Refuse ``directory`` if it records an owner other than ``source`` (one without a marker passes)."""
     owner = owner_of(location, directory)
-    if owner != source:
+    if owner is not None and owner != source:
         raise SourceMismatchError(
             f"{what} {location.uri(directory)} belongs to {owner.describe()}, not to {source.describe()}. "
-            f"Nothing was written or dropped. Point {location.setting} at a directory of this source, or, to "
-            "start this stream over, reset it (python -m cs_platform.reset, see README)."
+            f"Nothing was written, ingested or dropped. Point {location.setting} at a directory of this source, "
+            "or, to start this stream over, reset it (python -m cs_platform.reset, see README)."
         )
 
 

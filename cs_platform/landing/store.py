@@ -22,7 +22,7 @@ from cs_platform.changestream.query import validate_identifier
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.landing.location import Location
 from cs_platform.landing.rows import LANDING_SCHEMA, batch_to_table
-from cs_platform.landing.source import SourceIdentity, bind, owner_of
+from cs_platform.landing.source import SourceIdentity, bind, check_owner
 
 SUFFIX = ".parquet"
 ROOT_SETTING = "CS_PLATFORM_LANDING_ROOT"
@@ -64,8 +64,9 @@ class LandingStore:
             bind(self.location, self.stream_directory(stream), self.source, f"landing directory of {stream}")
             self._bound.add(stream)
 
-    def owner(self, stream: str) -> SourceIdentity | None:
-        return owner_of(self.location, self.stream_directory(stream))
+    def check_source(self, stream: str, source: SourceIdentity) -> None:
+        """Refuse the stream's directory if another source owns it (read-only: records nothing)."""
+        check_owner(self.location, self.stream_directory(stream), source, f"landing directory of {stream}")
 
     def check_writable(self) -> None:
         self.location.check_writable(self.base)
