@@ -110,7 +110,7 @@ def lake_definitions(slug: str, stream: str, landed_changes: AssetKey, resource_
         try:
             advance = advance_lake(lake, context.resources.landing.store(), store, change_stream.spanner.target(), stream)
         except IncompleteTransactionsError as e:
-            yield _check("complete_transactions_below_low_watermark", False, {"incomplete": len(e.missing), "sample": str(e.missing[:5])})
+            yield _check("complete_transactions_below_low_watermark", False, {"incomplete": e.count, "sample": str(e.missing)})
             raise Failure(description=str(e), allow_retries=False) from e
         except UntypedValueError as e:
             yield _check("complete_transactions_below_low_watermark", True, {"incomplete": 0})
@@ -232,7 +232,7 @@ def mirrors_match_source(lake: Lake, database) -> AssetCheckResult:
     source = SourceSnapshot(database, cut)
     problems, checked = [], {}
     for table, mirror in lake.mirrors_at_cut(cut).items():
-        keys = primary_key(lake.spark, lake.mirror_path(table))
+        keys = primary_key(lake.spark, lake.mirror(table))
         sample = sample_keys(mirror, keys, SAMPLE_KEYS)
         rows, expected = mirror.count(), source.row_count(table)
         missing = len(sample) - len(source.existing_keys(table, keys, sample))

@@ -23,31 +23,34 @@ whatever the Spark session time zone is; :func:`utc` turns them back into UTC.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cs_platform.lake.changelog import Changelog
-from cs_platform.lake.mirrors import apply_changes, column_types_by_table, version
+from cs_platform.lake.delta import DeltaPath
+from cs_platform.lake.mirrors import apply_changes, column_types_by_table
+from cs_platform.lake.quarantine import Quarantine, UntypedValue, untyped_values
 from cs_platform.lake.types import utc
 from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity, bind
-from cs_platform.lake.quarantine import Quarantine, UntypedValue, untyped_values
 
 POLICIES = ("fail", "quarantine")
 ROOT_SETTING = "CS_PLATFORM_LAKE_ROOT"
+INCOMPLETE_SAMPLE = 5  # incomplete transactions named in the error
 
 
 class IncompleteTransactionsError(RuntimeError):
     """Transactions under the cut lack records: data was lost upstream; nothing was applied."""
 
-    def __init__(self, message: str, missing: list[tuple[str, int, int]]) -> None:
+    def __init__(self, message: str, missing: list[tuple[str, int, int]], count: int | None = None) -> None:
         super().__init__(message)
-        self.missing = missing  # (transaction id, records seen, records expected)
+        self.missing = missing  # (transaction id, records seen, records expected), a sample
+        self.count = len(missing) if count is None else count
 
 
 class UntypedValueError(RuntimeError):
@@ -69,6 +72,50 @@ class CutResult:
     quarantined: tuple[UntypedValue, ...] = ()  # values whose transactions the cut set aside
 
 
+@dataclass(frozen=True)
+class PublishedCut:
+    """A cut as its manifest commit recorded it (the commit's ``userMetadata``)."""
+
+    cut: datetime
+    versions: dict[str, int]
+
+    def to_json(self, previous: datetime | None) -> str:
+        return json.dumps({"cut": self.cut.isoformat(), "previous": previous and previous.isoformat(), "versions": self.versions})
+
+    @classmethod
+    def from_json(cls, recorded: dict) -> PublishedCut:
+        return cls(datetime.fromisoformat(recorded["cut"]), {t: int(v) for t, v in recorded["versions"].items()})
+
+
+@dataclass(frozen=True)
+class RangeSummary:
+    """A cut's range in one pass: its size, its incomplete transactions, its tables' column types."""
+
+    transactions: int
+    mods: int
+    incomplete: int
+    incomplete_sample: list[tuple[str, int, int]]
+    descriptions: list[tuple[str, str]]  # distinct (table_name, column_types)
+
+
+def summarize(changes: DataFrame) -> RangeSummary:
+    per_transaction = changes.groupBy("server_transaction_id").agg(
+        F.countDistinct("record_sequence").alias("seen"),
+        F.max("number_of_records_in_transaction").alias("expected"),
+        F.count("*").alias("mods"),
+        F.collect_set(F.struct("table_name", "column_types")).alias("descriptions"),
+    )
+    incomplete = F.col("seen") != F.col("expected")
+    row = per_transaction.agg(
+        F.count("*"),
+        F.coalesce(F.sum("mods"), F.lit(0)),
+        F.count_if(incomplete),
+        F.slice(F.collect_list(F.when(incomplete, F.struct("server_transaction_id", "seen", "expected"))), 1, INCOMPLETE_SAMPLE),
+        F.array_distinct(F.flatten(F.collect_list("descriptions"))),
+    ).first()
+    return RangeSummary(row[0], row[1], row[2], [tuple(m) for m in row[3]], [tuple(d) for d in row[4] or []])
+
+
 class Lake:
     """The Delta tables under one root: changelog, mirrors/<table>, and the manifest."""
 
@@ -78,66 +125,73 @@ class Lake:
         self.spark = spark
         # `ALTER TABLE delta.`<path>`` needs an absolute path; a relative local root would fail there.
         self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
-        self.changelog = Changelog(spark, f"{self.root}/changelog")
-        self.quarantine = Quarantine(spark, f"{self.root}/quarantine")
+        self.location = Location(self.root, ROOT_SETTING)
+        self.changelog = Changelog(spark, DeltaPath.under(self.location, "changelog"))
+        self.quarantine = Quarantine(spark, DeltaPath.under(self.location, "quarantine"))
+        self.manifest = DeltaPath.under(self.location, "manifest")
         self.untyped_policy = untyped_policy
 
     def bind(self, source: SourceIdentity) -> None:
         """Record ``source`` as this lake's owner if it has none; refuse another (``landing.source``)."""
-        location = Location(self.root, ROOT_SETTING)
-        bind(location, location.base, source, "lake")
+        bind(self.location, self.location.base, source, "lake")
 
     @property
     def manifest_path(self) -> str:
-        return f"{self.root}/manifest"
+        return self.manifest.uri
+
+    def mirror(self, table: str) -> DeltaPath:
+        return DeltaPath.under(self.location, "mirrors", table)
 
     def mirror_path(self, table: str) -> str:
-        return f"{self.root}/mirrors/{table}"
+        return self.mirror(table).uri
+
+    def last_published(self) -> PublishedCut | None:
+        """The latest cut and its mirror versions, from the manifest's last commit (no Spark job)."""
+        recorded = self.manifest.last_commit_metadata()
+        if recorded is not None:
+            return PublishedCut.from_json(recorded)
+        if not self.manifest.exists():
+            return None
+        # A manifest written before commits recorded the cut: read it once from the table.
+        cut = utc(self.manifest.read(self.spark).agg(F.max("cut_timestamp")).first()[0])
+        return PublishedCut(cut, {r.table_name: r.mirror_version for r in self._manifest_rows(cut)})
 
     def last_cut(self) -> datetime | None:
-        if not DeltaTable.isDeltaTable(self.spark, self.manifest_path):
-            return None
-        last = self.spark.read.format("delta").load(self.manifest_path).agg(F.max("cut_timestamp")).first()[0]
-        return utc(last)
+        published = self.last_published()
+        return published.cut if published else None
 
     def cuts(self) -> list[datetime]:
         """Every cut in the manifest, oldest first, in UTC."""
-        if not DeltaTable.isDeltaTable(self.spark, self.manifest_path):
+        if not self.manifest.exists():
             return []
-        rows = self.spark.read.format("delta").load(self.manifest_path).select("cut_timestamp").distinct().collect()
+        rows = self.manifest.read(self.spark).select("cut_timestamp").distinct().collect()
         return sorted(utc(r.cut_timestamp) for r in rows)
 
     def changes(self, after: datetime | None, upto: datetime) -> DataFrame:
         rows = self.changelog.table().where(F.col("commit_timestamp") <= F.lit(upto))
         return rows if after is None else rows.where(F.col("commit_timestamp") > F.lit(after))
 
-    def incomplete_transactions(self, upto: datetime, after: datetime | None = None) -> list[tuple[str, int, int]]:
-        """(transaction id, records seen, records expected) of transactions missing records."""
-        per_transaction = self.changes(after, upto).groupBy("server_transaction_id").agg(
-            F.countDistinct("record_sequence").alias("seen"), F.max("number_of_records_in_transaction").alias("expected")
-        )
-        return [tuple(r) for r in per_transaction.where("seen != expected").collect()]
-
     def apply_cut(self, cut: datetime) -> CutResult:
         cut = _plain(cut)
-        previous = self.last_cut()
+        published = self.last_published()
+        previous = published.cut if published else None
         if (previous is not None and cut <= previous) or not self.changelog.exists():
             return CutResult(cut, previous, applied=False)  # already applied, or nothing landed yet
-        missing = self.incomplete_transactions(cut, previous)
-        if missing:
-            sample = ", ".join(f"{t} ({seen}/{expected} records)" for t, seen, expected in missing[:5])
-            raise IncompleteTransactionsError(
-                f"{len(missing)} transactions committed in ({previous}, {cut}] are incomplete in the changelog: "
-                f"{sample}. The cut was not applied. Either the cut is above the low watermark, or landing "
-                "files were not ingested: ingest them and retry; if it persists, re-read the partitions "
-                "(re-materialize them) from before these commits.",
-                missing,
-            )
-        cached = changes = self.changes(previous, cut).cache()
-        set_aside: list[UntypedValue] = []
+        changes = self.changes(previous, cut).cache()  # the range is scanned once
         try:
-            types = column_types_by_table(changes)
-            tables = sorted(types)
+            summary = summarize(changes)
+            if summary.incomplete:
+                sample = ", ".join(f"{t} ({seen}/{expected} records)" for t, seen, expected in summary.incomplete_sample)
+                raise IncompleteTransactionsError(
+                    f"{summary.incomplete} transactions committed in ({previous}, {cut}] are incomplete in the changelog: "
+                    f"{sample}. The cut was not applied. Either the cut is above the low watermark, or landing "
+                    "files were not ingested: ingest them and retry; if it persists, re-read the partitions "
+                    "(re-materialize them) from before these commits.",
+                    summary.incomplete_sample,
+                    summary.incomplete,
+                )
+            types = column_types_by_table(summary.descriptions)
+            transactions, mods, applied = summary.transactions, summary.mods, changes
             bad = untyped_values(changes, types)
             if bad and self.untyped_policy == "fail":
                 raise UntypedValueError(
@@ -148,40 +202,44 @@ class Lake:
                 )
             if bad:
                 self.quarantine.add(changes, bad, cut)
-                changes = changes.where(~F.col("server_transaction_id").isin(sorted({v.transaction for v in bad})))
-                set_aside = bad
-                tables = sorted(r.table_name for r in changes.select("table_name").distinct().collect())
+                applied = changes.where(~F.col("server_transaction_id").isin(sorted({v.transaction for v in bad})))
+                kept = summarize(applied)
+                transactions, mods = kept.transactions, kept.mods
+                types = {t: c for t, c in types.items() if t in {table for table, _ in kept.descriptions}}
             versions = {
-                table: apply_changes(self.spark, self.mirror_path(table), changes.where(F.col("table_name") == table), types[table])
-                for table in tables
+                table: apply_changes(self.spark, self.mirror(table), applied.where(F.col("table_name") == table), columns)
+                for table, columns in types.items()
             }
-            counts = changes.agg(F.countDistinct("server_transaction_id"), F.count("*")).first()
         finally:
-            cached.unpersist()
-        if not tables and previous is None:
+            changes.unpersist()
+        if not versions and previous is None:
             return CutResult(cut, previous, applied=False)  # nothing under the first cut: no mirror to record
-        untouched = {r.table_name for r in self._manifest_rows(previous)} - set(tables) if previous is not None else set()
-        versions.update({table: version(self.spark, self.mirror_path(table)) for table in untouched})
-        versions = dict(sorted(versions.items()))
-        rows = [(cut, previous, table, v, counts[0], counts[1]) for table, v in versions.items()]
+        versions = dict(sorted({**(published.versions if published else {}), **versions}.items()))
+        self._publish(PublishedCut(cut, versions), previous, transactions, mods)
+        return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad))
+
+    def _publish(self, cut: PublishedCut, previous: datetime | None, transactions: int, mods: int) -> None:
+        """One manifest append: a row per mirror, and the cut in the commit's metadata."""
+        rows = [(cut.cut, previous, table, v, transactions, mods) for table, v in cut.versions.items()]
         schema = "cut_timestamp timestamp, previous_cut timestamp, table_name string, mirror_version long, transactions long, mods long"
-        self.spark.createDataFrame(rows, schema).withColumn("committed_at", F.current_timestamp()).write.format(
-            "delta"
-        ).mode("append").save(self.manifest_path)
-        return CutResult(cut, previous, True, counts[0], counts[1], versions, tuple(set_aside))
+        self.spark.createDataFrame(rows, schema).withColumn("committed_at", F.current_timestamp()).write.format("delta").mode(
+            "append"
+        ).option("userMetadata", cut.to_json(previous)).save(self.manifest.uri)
 
     def mirrors_at_cut(self, cut: datetime | None = None) -> dict[str, DataFrame]:
         """Every mirror as of one cut (the latest if None): a transaction-consistent snapshot."""
-        return {
-            r.table_name: self.spark.read.format("delta").option("versionAsOf", r.mirror_version).load(self.mirror_path(r.table_name))
-            for r in self._manifest_rows(cut)
-        }
+        if cut is None:
+            published = self.last_published()
+            if published is None:
+                raise KeyError(f"no cut in {self.manifest_path} yet")
+            versions = published.versions
+        else:
+            versions = {r.table_name: r.mirror_version for r in self._manifest_rows(cut)}
+        return {table: self.mirror(table).read(self.spark, version) for table, version in versions.items()}
 
-    def _manifest_rows(self, cut: datetime | None) -> list:
-        """(table_name, mirror_version) of each mirror at one cut (the latest if None)."""
-        manifest = self.spark.read.format("delta").load(self.manifest_path)
-        cut = cut or utc(manifest.agg(F.max("cut_timestamp")).first()[0])
-        rows = manifest.where(F.col("cut_timestamp") == F.lit(cut)).select("table_name", "mirror_version").collect()
+    def _manifest_rows(self, cut: datetime) -> list:
+        """(table_name, mirror_version) of each mirror at one cut."""
+        rows = self.manifest.read(self.spark).where(F.col("cut_timestamp") == F.lit(cut)).select("table_name", "mirror_version").collect()
         if not rows:
             raise KeyError(f"no cut at {cut} in {self.manifest_path}")
         return rows

@@ -19,55 +19,44 @@ import json
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import TimestampType
 
+from cs_platform.lake.delta import DeltaPath, quoted, sql_string
 from cs_platform.lake.types import spark_type, typed_value
 
 PRIMARY_KEY_PROPERTY = "cs_platform.primaryKey"
 ORDER = ("commit_timestamp", "server_transaction_id", "record_sequence", "mod_index")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_EFFECT = StructType([StructField("op", StringType()), StructField("values", MapType(StringType(), StringType()))])
+_MAP = "MAP<STRING,STRING>"
+
+# A key's changes in commit order, folded into its final effect (module docstring) by Spark SQL
+# alone. Values stay wire text: from_json into MAP<STRING,STRING> keeps numbers, booleans and arrays
+# as their JSON text, which ``typed_value`` then casts. Key columns always come from ``keys``.
+_FOLD = f"""aggregate(
+    transform(
+        sort_array(collect_list(struct({", ".join(ORDER)}, mod_type, keys, new_values))),
+        c -> named_struct('mod_type', c.mod_type, 'key_values', from_json(c.keys, '{_MAP}'), 'written', from_json(c.new_values, '{_MAP}'))),
+    named_struct('op', 'PATCH', 'values', CAST(map() AS {_MAP})),
+    (effect, c) -> CASE c.mod_type
+        WHEN 'DELETE' THEN named_struct('op', 'DELETE', 'values', c.key_values)
+        WHEN 'INSERT' THEN named_struct('op', 'REPLACE', 'values',
+            map_concat(c.key_values, map_filter(c.written, (k, v) -> NOT map_contains_key(c.key_values, k))))
+        ELSE named_struct('op', effect.op, 'values', map_concat(
+            map_filter(effect.values, (k, v) -> NOT map_contains_key(c.written, k) AND NOT map_contains_key(c.key_values, k)),
+            map_filter(c.written, (k, v) -> NOT map_contains_key(c.key_values, k)),
+            c.key_values))
+    END)"""
 
 
-def plain(value: Any) -> str | None:
-    """A wire value as text Spark can cast: strings as themselves, arrays as JSON, NULL as None."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return json.dumps(value)
-
-
-def fold(changes: list) -> tuple[str, dict[str, str | None]]:
-    """The final effect of a key's ordered changes (see module docstring)."""
-    op, values = "PATCH", {}
-    for change in changes:
-        keys = json.loads(change["keys"])
-        if change["mod_type"] == "DELETE":
-            op, values = "DELETE", dict(keys)
-        elif change["mod_type"] == "INSERT":
-            op, values = "REPLACE", {**keys, **json.loads(change["new_values"])}
-        else:
-            values.update(json.loads(change["new_values"]))
-            values.update(keys)
-    return op, {name: plain(v) for name, v in values.items()}
-
-
-_fold_udf = F.udf(fold, _EFFECT)
-
-
-def column_types_by_table(changes: DataFrame) -> dict[str, dict[str, dict]]:
-    """Per table, every column seen in the changes' records (latest description last), keys first
-    by position."""
+def column_types_by_table(descriptions: list[tuple[str, str]]) -> dict[str, dict[str, dict]]:
+    """Per table, every column in the records' ``column_types`` descriptions ((table, JSON) pairs,
+    latest description last), keys first by position."""
     tables: dict[str, dict[str, dict]] = {}
-    for row in changes.select("table_name", "column_types").distinct().collect():
-        columns = tables.setdefault(row.table_name, {})
-        for column in json.loads(row.column_types):
+    for table, column_types in descriptions:
+        columns = tables.setdefault(table, {})
+        for column in json.loads(column_types):
             columns[column["name"]] = column
     return {
         table: dict(sorted(columns.items(), key=lambda c: (not c[1]["is_primary_key"], c[1]["ordinal_position"])))
@@ -75,54 +64,58 @@ def column_types_by_table(changes: DataFrame) -> dict[str, dict[str, dict]]:
     }
 
 
-def apply_changes(spark: SparkSession, path: str, changes: DataFrame, columns: dict[str, dict]) -> int:
-    """Bring the mirror at ``path`` up to date with ``changes`` (one table's, whose columns are
-    ``columns``, see :func:`column_types_by_table`); returns its version."""
-    keys = [name for name, c in columns.items() if c["is_primary_key"]]
-    _ensure_columns(spark, path, columns)
-    ordered = F.sort_array(F.collect_list(F.struct(*ORDER, "keys", "mod_type", "new_values")))
-    effects = changes.groupBy("keys").agg(_fold_udf(ordered).alias("effect"))
-    source = effects.select(
+def final_effects(changes: DataFrame, columns: dict[str, dict]) -> DataFrame:
+    """One row per primary key of ``changes`` (one table's): ``__op`` (DELETE, REPLACE or PATCH), each
+    column typed, and ``<column>__set``, whether the changes wrote it."""
+    effects = changes.groupBy("keys").agg(F.expr(_FOLD).alias("effect"))
+    return effects.select(
         F.col("effect.op").alias("__op"),
-        *[F.expr(typed_value(f"effect.values['{name}']", c["type"])).alias(name) for name, c in columns.items()],
-        *[F.map_contains_key("effect.values", name).alias(f"{name}__set") for name in columns],
+        *[F.expr(typed_value(f"effect.values[{sql_string(name)}]", c["type"])).alias(name) for name, c in columns.items()],
+        *[F.expr(f"map_contains_key(effect.values, {sql_string(name)})").alias(f"{name}__set") for name in columns],
     )
+
+
+def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, columns: dict[str, dict]) -> int:
+    """Bring ``mirror`` up to date with ``changes`` (one table's, whose columns are ``columns``,
+    see :func:`column_types_by_table`) in one MERGE; returns the mirror's new version."""
+    keys = [name for name, c in columns.items() if c["is_primary_key"]]
     others = [name for name in columns if name not in keys]
-    target = DeltaTable.forPath(spark, path).alias("t")
-    merge = target.merge(source.alias("s"), " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys))
-    merge = merge.whenMatchedDelete(condition="s.__op = 'DELETE'")
+    _ensure_columns(spark, mirror, columns)
+    clauses = [
+        "ON " + " AND ".join(f"t.{quoted(k)} <=> s.{quoted(k)}" for k in keys),
+        "WHEN MATCHED AND s.__op = 'DELETE' THEN DELETE",
+    ]
     if others:
-        merge = merge.whenMatchedUpdate(condition="s.__op = 'REPLACE'", set={f"`{c}`": f"s.`{c}`" for c in others})
-        merge = merge.whenMatchedUpdate(
-            condition="s.__op = 'PATCH'",
-            set={f"`{c}`": f"CASE WHEN s.`{c}__set` THEN s.`{c}` ELSE t.`{c}` END" for c in others},
-        )
-    merge = merge.whenNotMatchedInsert(condition="s.__op != 'DELETE'", values={f"`{c}`": f"s.`{c}`" for c in columns})
-    merge.execute()
-    return version(spark, path)
+        replace = ", ".join(f"{quoted(c)} = s.{quoted(c)}" for c in others)
+        patch = ", ".join(f"{quoted(c)} = CASE WHEN s.{quoted(c + '__set')} THEN s.{quoted(c)} ELSE t.{quoted(c)} END" for c in others)
+        clauses += [f"WHEN MATCHED AND s.__op = 'REPLACE' THEN UPDATE SET {replace}", f"WHEN MATCHED AND s.__op = 'PATCH' THEN UPDATE SET {patch}"]
+    names = ", ".join(quoted(c) for c in columns)
+    clauses.append(f"WHEN NOT MATCHED AND s.__op != 'DELETE' THEN INSERT ({names}) VALUES ({', '.join(f's.{quoted(c)}' for c in columns)})")
+    mirror.merge(spark, final_effects(changes, columns), " ".join(clauses))
+    return mirror.version()
 
 
-def primary_key(spark: SparkSession, path: str) -> list[str]:
-    properties = DeltaTable.forPath(spark, path).detail().select("properties").first()[0]
-    return properties[PRIMARY_KEY_PROPERTY].split(",")
+def primary_key(spark: SparkSession, mirror: DeltaPath) -> list[str]:
+    row = spark.sql(f"SHOW TBLPROPERTIES {mirror.sql} ({sql_string(PRIMARY_KEY_PROPERTY)})").first()
+    return row.value.split(",")
 
 
-def version(spark: SparkSession, path: str) -> int:
-    return DeltaTable.forPath(spark, path).history(1).select("version").first()[0]
-
-
-def _ensure_columns(spark: SparkSession, path: str, columns: dict[str, dict]) -> None:
+def _ensure_columns(spark: SparkSession, mirror: DeltaPath, columns: dict[str, dict]) -> None:
+    """Create the mirror (deletion vectors on: a MERGE marks changed rows instead of copying their
+    files), or add the columns it lacks."""
     wanted = {name: spark_type(c["type"]) for name, c in columns.items()}
-    if not DeltaTable.isDeltaTable(spark, path):
-        schema = ", ".join(f"`{name}` {sql_type}" for name, sql_type in wanted.items())
-        spark.createDataFrame([], schema).write.format("delta").save(path)
+    if not mirror.exists():
+        schema = ", ".join(f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items())
         keys = ",".join(name for name, c in columns.items() if c["is_primary_key"])
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('{PRIMARY_KEY_PROPERTY}' = '{keys}')")
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {mirror.sql} ({schema}) USING delta TBLPROPERTIES ("
+            f"'delta.enableDeletionVectors' = 'true', {sql_string(PRIMARY_KEY_PROPERTY)} = {sql_string(keys)})"
+        )
         return
-    present = set(spark.read.format("delta").load(path).columns)
-    missing = [f"`{name}` {sql_type}" for name, sql_type in wanted.items() if name not in present]
+    present = set(mirror.read(spark).columns)
+    missing = [f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items() if name not in present]
     if missing:
-        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({', '.join(missing)})")
+        spark.sql(f"ALTER TABLE {mirror.sql} ADD COLUMNS ({', '.join(missing)})")
 
 
 def sample_keys(mirror: DataFrame, keys: list[str], n: int, seed: int = 7) -> list[tuple]:

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from cs_platform.lake.delta import DeltaPath, sql_string
 from cs_platform.lake.types import untyped, utc
 
 _APP_ID = "cs_platform.cut"  # idempotent appends: a re-run cut adds its quarantine rows once
@@ -68,9 +68,9 @@ def _type_name(spanner: dict) -> str:
 class Quarantine:
     """``<lake>/quarantine``: the changelog rows of transactions a cut set aside, with the reason."""
 
-    def __init__(self, spark: SparkSession, path: str) -> None:
+    def __init__(self, spark: SparkSession, table: DeltaPath) -> None:
         self.spark = spark
-        self.path = path
+        self.delta = table
 
     def add(self, changes: DataFrame, values: list[UntypedValue], cut: datetime) -> None:
         reasons = {}
@@ -86,13 +86,13 @@ class Quarantine:
         micros = int(cut.timestamp() * 1_000_000)
         rows.write.format("delta").mode("append").option("txnAppId", _APP_ID).option("txnVersion", micros).option(
             "mergeSchema", "true"
-        ).save(self.path)
+        ).save(self.delta.uri)
 
     def exists(self) -> bool:
-        return DeltaTable.isDeltaTable(self.spark, self.path)
+        return self.delta.exists()
 
     def table(self) -> DataFrame:
-        return self.spark.read.format("delta").load(self.path)
+        return self.delta.read(self.spark)
 
     def transactions(self) -> list[dict]:
         """One summary per quarantined transaction: id, commit timestamp, tables, rows and reason."""
@@ -110,6 +110,5 @@ class Quarantine:
         """Remove transactions an operator has dealt with (see module docstring); returns how many rows."""
         if not self.exists() or not transaction_ids:
             return 0
-        before = self.table().count()
-        DeltaTable.forPath(self.spark, self.path).delete(F.col("server_transaction_id").isin(list(transaction_ids)))
-        return before - self.table().count()
+        ids = ", ".join(sql_string(t) for t in transaction_ids)
+        return int(self.spark.sql(f"DELETE FROM {self.delta.sql} WHERE server_transaction_id IN ({ids})").first().num_affected_rows)

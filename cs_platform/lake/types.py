@@ -101,3 +101,8 @@ def utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return value.astimezone(timezone.utc)
+
+
+def sql_timestamp(value: datetime) -> str:
+    """A SQL TIMESTAMP literal of ``value`` (as :func:`utc` reads it), exact to the microsecond."""
+    return f"TIMESTAMP'{utc(value).isoformat()}'"

@@ -15,9 +15,9 @@ from cs_platform.landing.store import LandingStore
 def main(landing: str, root: str, cut: str, marker: Path) -> None:
     merge = mirrors.apply_changes
 
-    def merge_then_stop(spark, path, changes, columns):
-        version = merge(spark, path, changes, columns)
-        marker.write_text(path)
+    def merge_then_stop(spark, mirror, changes, columns):
+        version = merge(spark, mirror, changes, columns)
+        marker.write_text(mirror.uri)
         time.sleep(3600)
         return version
 

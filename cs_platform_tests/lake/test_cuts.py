@@ -5,7 +5,6 @@ different times), applied with local Spark + Delta."""
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from delta.tables import DeltaTable
 
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
@@ -159,7 +158,7 @@ def test_an_untyped_value_stops_the_cut_naming_transaction_table_column_and_valu
         lake.apply_cut(cut)
     assert [(v.transaction, v.table, v.column, v.raw) for v in error.value.values] == [("poison", "Transfers", "Amount", "12 dollars")]
     assert lake.last_cut() is None and lake.cuts() == []  # nothing applied, no mirror written
-    assert not any(DeltaTable.isDeltaTable(lake.spark, lake.mirror_path(t)) for t in ("Accounts", "Transfers"))
+    assert not any(lake.mirror(t).exists() for t in ("Accounts", "Transfers"))
 
 
 def test_quarantine_sets_the_whole_transaction_aside_and_applies_the_rest(spark, tmp_path):

@@ -1,0 +1,96 @@
+"""One Delta table by its path: what its log says, and SQL statements against it.
+
+Every lake statement goes through Spark SQL (``MERGE INTO delta.`path` ...``, ``DELETE``), not the
+``DeltaTable`` Python API, so the same code runs on an in-process session and on a Spark Connect
+server (whose Delta plugin is not needed for SQL). Facts a cut needs on every run (does the table
+exist, its latest version, what its last commit recorded) are read from the ``_delta_log`` commit
+files directly: no Spark job, and nothing read that grows with the table.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pyarrow import fs as pafs
+from pyspark.sql import DataFrame, Row, SparkSession
+
+from cs_platform.landing.location import Location
+
+_LOG = "_delta_log"
+_COMMIT = ".json"  # <20-digit version>.json: one commit; checkpoints and .crc files are ignored
+
+
+def quoted(name: str) -> str:
+    """A column name in Spark SQL: backticks, with any backtick in it doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def sql_string(text: str) -> str:
+    """A Spark SQL string literal of ``text``."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@dataclass(frozen=True)
+class DeltaPath:
+    """A Delta table at ``path`` (as ``location.filesystem`` names it, under ``location.base``)."""
+
+    location: Location
+    path: str
+
+    @classmethod
+    def under(cls, location: Location, *parts: str) -> DeltaPath:
+        return cls(location, "/".join((location.base, *parts)))
+
+    @property
+    def uri(self) -> str:
+        """The path as Spark names it (a URI for object stores)."""
+        return self.location.uri(self.path)
+
+    @property
+    def sql(self) -> str:
+        """The table in a SQL statement: ``delta.`<uri>``` with backticks doubled."""
+        return "delta.`" + self.uri.replace("`", "``") + "`"
+
+    def _commits(self) -> list[int]:
+        selector = pafs.FileSelector(f"{self.path}/{_LOG}", allow_not_found=True)
+        return sorted(
+            int(name[: -len(_COMMIT)])
+            for info in self.location.filesystem.get_file_info(selector)
+            if (name := info.base_name).endswith(_COMMIT) and name[: -len(_COMMIT)].isdigit()
+        )
+
+    def version(self) -> int | None:
+        """The latest committed version; None if there is no table here."""
+        commits = self._commits()
+        return commits[-1] if commits else None
+
+    def exists(self) -> bool:
+        return self.version() is not None
+
+    def last_commit_metadata(self) -> dict[str, Any] | None:
+        """What the latest commit that recorded ``userMetadata`` (a JSON object) recorded; commits
+        without it (maintenance, say) are passed over. None if no commit recorded any."""
+        for version in reversed(self._commits()):
+            text = self.location.read_text(f"{self.path}/{_LOG}/{version:020d}{_COMMIT}")
+            for line in filter(str.strip, text.splitlines()):
+                metadata = json.loads(line).get("commitInfo", {}).get("userMetadata")
+                if metadata:
+                    return json.loads(metadata)
+        return None
+
+    def read(self, spark: SparkSession, version: int | None = None) -> DataFrame:
+        reader = spark.read.format("delta")
+        return (reader if version is None else reader.option("versionAsOf", version)).load(self.uri)
+
+    def merge(self, spark: SparkSession, source: DataFrame, statement: str) -> Row:
+        """Run ``MERGE INTO <this table> AS t USING <source> AS s <statement>``; returns its counts
+        (num_affected_rows, num_updated_rows, num_deleted_rows, num_inserted_rows)."""
+        view = f"cs_platform_merge_{uuid.uuid4().hex}"
+        source.createOrReplaceTempView(view)
+        try:
+            return spark.sql(f"MERGE INTO {self.sql} AS t USING {view} AS s {statement}").first()
+        finally:
+            spark.catalog.dropTempView(view)
