@@ -94,11 +94,21 @@ def _quiet_grpc_logs():
 
 @pytest.fixture(scope="session")
 def spark():
-    """One local Spark session with Delta for the whole test session (it takes ~10 s to start; the
-    first start on a machine downloads delta-spark's jars from Maven Central into ~/.ivy2.5.2)."""
-    from cs_platform.lake.spark import delta_spark_session
+    """One Spark session with Delta for the whole test session: local (it takes ~10 s to start; the
+    first start on a machine downloads delta-spark's jars from Maven Central into ~/.ivy2.5.2), or a
+    client of the Spark Connect server at CS_PLATFORM_SPARK_REMOTE when that is set (one process is
+    either: PySpark's functions follow the session kind; see test_spark_connect)."""
+    from cs_platform.lake.spark import REMOTE_SETTING, delta_spark_session, lake_spark_config
 
-    session = delta_spark_session("cs_platform_tests", master="local[2]")
+    if os.environ.get(REMOTE_SETTING):
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder
+        for key, value in lake_spark_config("", os.environ[REMOTE_SETTING]).items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+    else:
+        session = delta_spark_session("cs_platform_tests", master="local[2]")
     yield session
     session.stop()
 

@@ -21,9 +21,12 @@ import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from cs_platform.changestream.metadata import utc_now
-from cs_platform.dev.dagster_dev import start_dagster_dev, stop_dagster_dev
+from cs_platform.dev.dagster_dev import start_dagster_dev
+from cs_platform.dev.process_group import stop_process_group
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.embedded import embedded_bank
+from cs_platform.dev.serve import DEV_SETTINGS
+from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
@@ -69,6 +72,12 @@ def applied_cuts(instance: DagsterInstance) -> int:
     return sum(1 for r in records if r.asset_materialization.metadata["applied"].value)
 
 
+def cut_times(instance: DagsterInstance, since: float) -> list[int]:
+    """Seconds after ``since`` (epoch) at which mirrors materialized an applied cut."""
+    records = instance.fetch_materializations(AssetKey(["bank_stream", "mirrors"]), limit=1000).records
+    return sorted(round(r.timestamp - since) for r in records if r.asset_materialization.metadata["applied"].value)
+
+
 def serving(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
@@ -78,16 +87,12 @@ def serving(url: str) -> bool:
 
 
 def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark):
-    # What `make dev` runs: its own emulator (partitions churn every 20 s), the bank, its dagster.yaml.
-    with embedded_bank(tmp_path, partition_alive_seconds=20) as bank:
+    # What `make dev` runs: its own emulator (partitions churn every 20 s), the bank, its dagster.yaml,
+    # and a Spark Connect server for the lake runs.
+    with embedded_bank(tmp_path, partition_alive_seconds=20) as bank, spark_connect_server(tmp_path / "spark-connect.log") as remote:
         start = utc_now()
         os.environ.update(
-            CS_PLATFORM_START_TIMESTAMP=start.isoformat(),
-            CS_PLATFORM_SOFT_TIMEOUT_SECONDS="15",
-            CS_PLATFORM_STALE_RUN_SECONDS="120",
-            CS_PLATFORM_SENSOR_INTERVAL_SECONDS="5",
-            CS_PLATFORM_LAKE_INTERVAL_SECONDS="10",
-            CS_PLATFORM_HEARTBEAT_MILLIS="1000",
+            CS_PLATFORM_SPARK_REMOTE=remote, CS_PLATFORM_START_TIMESTAMP=start.isoformat(), **DEV_SETTINGS
         )
         workload = BankWorkload(bank.bank)
         threading.Thread(target=workload.run_until, args=(start + timedelta(minutes=5), 10), daemon=True).start()
@@ -100,6 +105,7 @@ def check_dagster_dev(tmp_path, spark):
     base = f"http://127.0.0.1:{port}"
     log = open(tmp_path / "dagster_dev.log", "wb")
     dev = start_dagster_dev(port, log)
+    started, started_at = time.monotonic(), time.time()
     try:
         wait_until(lambda: serving(f"{base}/server_info"), 180, "dagster dev webserver")
         with DagsterInstance.get() as instance:
@@ -108,7 +114,10 @@ def check_dagster_dev(tmp_path, spark):
             keys = instance.get_dynamic_partitions("bank_stream_partitions")
             # The lake advances by itself: three applied cuts from lake-sensor runs within 3 minutes.
             wait_until(lambda: applied_cuts(instance) >= 3, 180, "three cuts applied by lake runs of the lake sensor")
+            print(f"3 cuts applied {time.monotonic() - started:.0f} s after dagster dev started; at {cut_times(instance, started_at)} s")
             lake_runs = instance.get_run_records(RunsFilter(job_name="bank_stream_lake"))
+            durations = sorted(r.end_time - r.start_time for r in lake_runs if r.end_time and r.start_time)
+            print(f"lake runs: {len(lake_runs)}, run seconds {[round(d) for d in durations]}")
             assert all(r.dagster_run.tags.get("dagster/sensor_name") == "bank_stream_lake_sensor" for r in lake_runs)
         assert "initial" in keys and len(keys) >= 3
         lake = Lake(spark, os.path.join(os.environ["CS_PLATFORM_LAKE_ROOT"], "BankStream"))
@@ -136,5 +145,5 @@ def check_dagster_dev(tmp_path, spark):
         assert first in checks_page and CHECKS[first][:60] in checks_page
         print(f"UI checked; screenshot at {tmp_path / 'asset.png'}")
     finally:
-        stop_dagster_dev(dev)
+        stop_process_group(dev)
         log.close()

@@ -27,7 +27,7 @@ from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import source_identity
 from cs_platform import settings
-from cs_platform.lake.spark import delta_spark_config
+from cs_platform.lake.spark import check_remote, lake_spark_config
 from cs_platform.settings import env_name
 
 
@@ -153,6 +153,23 @@ class LakeResource(ConfigurableResource):
         return Lake(spark, self.stream_root(stream), untyped_policy=self.untyped_values)
 
 
+class SparkResource(PySparkResource):
+    """dagster-pyspark's session with Delta: on the Spark Connect server at ``remote`` when set (a
+    long-lived JVM, checked to answer first: the client alone would retry for minutes), else a
+    driver in the run's process."""
+
+    remote: str = ""
+
+    @classmethod
+    def _is_dagster_maintained(cls) -> bool:
+        return False
+
+    def setup_for_execution(self, context) -> None:
+        if self.remote:
+            check_remote(self.remote)
+        super().setup_for_execution(context)
+
+
 def _timestamp_setting(name: str, value: str | None) -> datetime | None:
     if not value:
         return None
@@ -196,6 +213,7 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
         emulator_host=settings.value(environ, "SPANNER_EMULATOR_HOST"),
         timeout_seconds=settings.value(environ, "CS_PLATFORM_SPANNER_TIMEOUT_SECONDS"),
     )
+    remote = settings.value(environ, "CS_PLATFORM_SPARK_REMOTE") or ""
     resources: dict = {
         "landing": LandingResource(root=settings.value(environ, "CS_PLATFORM_LANDING_ROOT")),
         "lake": LakeResource(
@@ -203,7 +221,10 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
             untyped_values=settings.value(environ, "CS_PLATFORM_UNTYPED_VALUES"),
         ),
-        "pyspark": PySparkResource(spark_config=delta_spark_config(settings.value(environ, "CS_PLATFORM_SPARK_MASTER"))),
+        "pyspark": SparkResource(
+            spark_config=lake_spark_config(settings.value(environ, "CS_PLATFORM_SPARK_MASTER"), remote),
+            remote=remote,
+        ),
     }
     for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS"):
         resources[change_stream_resource_key(stream)] = ChangeStreamResource(

@@ -1,9 +1,10 @@
 """`make dev`: ``dagster dev -w workspace.yaml`` on the embedded default.
 
-Starts a private emulator with the bank database and change stream, keeps a paced writer committing
-transfers, and runs ``dagster dev`` (webserver + daemon) pointed at it through the environment. The
+Starts a private emulator with the bank database and change stream, a Spark Connect server for the
+lake runs (a warm JVM: a lake run starts none), keeps a paced writer committing transfers, and runs
+``dagster dev`` (webserver + daemon) pointed at them through the environment. The
 sensor is on: it initializes the metadata table and launches one run per partition token. Ctrl-C
-stops dagster dev, the writer and the emulator.
+stops dagster dev, the writer, the Spark Connect server and the emulator.
 """
 
 from __future__ import annotations
@@ -19,9 +20,20 @@ from pathlib import Path
 
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.dev.embedded import embedded_bank
+from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 
 log = logging.getLogger("cs_platform.serve")
+
+# make dev's cadence (and the UI test's): short reads, frequent ticks, a cut whenever the low
+# watermark moved in the last 10 s.
+DEV_SETTINGS = {
+    "CS_PLATFORM_SOFT_TIMEOUT_SECONDS": "15",
+    "CS_PLATFORM_SENSOR_INTERVAL_SECONDS": "5",
+    "CS_PLATFORM_LAKE_INTERVAL_SECONDS": "10",
+    "CS_PLATFORM_STALE_RUN_SECONDS": "120",
+    "CS_PLATFORM_HEARTBEAT_MILLIS": "1000",
+}
 
 
 def main() -> None:
@@ -33,12 +45,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("google").setLevel(logging.WARNING)
 
-    with embedded_bank(args.workdir, partition_alive_seconds=20) as bank:
+    with embedded_bank(args.workdir, partition_alive_seconds=20) as bank, spark_connect_server(args.workdir / "spark-connect.log") as remote:
         os.environ.update(
-            CS_PLATFORM_START_TIMESTAMP=utc_now().isoformat(),
-            CS_PLATFORM_SOFT_TIMEOUT_SECONDS="15",
-            CS_PLATFORM_SENSOR_INTERVAL_SECONDS="5",
-            CS_PLATFORM_HEARTBEAT_MILLIS="1000",
+            CS_PLATFORM_SPARK_REMOTE=remote, CS_PLATFORM_START_TIMESTAMP=utc_now().isoformat(), **DEV_SETTINGS
         )
         workload = BankWorkload(bank.bank)
         writer = threading.Thread(
@@ -46,7 +55,7 @@ def main() -> None:
         )
         writer.start()
         command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(args.port)]
-        log.info("emulator on %s; DAGSTER_HOME=%s; open http://127.0.0.1:%d", bank.emulator.host, bank.dagster_home, args.port)
+        log.info("emulator on %s; Spark Connect on %s; DAGSTER_HOME=%s; open http://127.0.0.1:%d", bank.emulator.host, remote, bank.dagster_home, args.port)
         dagster = subprocess.Popen(command)
         try:
             dagster.wait()

@@ -1,4 +1,6 @@
-"""Spark with Delta Lake, local by default, any cluster by configuration.
+"""Spark with Delta Lake: in this process by default (``CS_PLATFORM_SPARK_MASTER``, local or any
+cluster), or a Spark Connect server (``CS_PLATFORM_SPARK_REMOTE=sc://host:port``) whose JVM outlives
+the runs, so a lake run starts no JVM of its own and finds Spark already warm.
 
 ``configure_spark_with_delta_pip`` decides which Maven artifact matches the installed packages
 (``io.delta:delta-spark_<spark major.minor>_2.13:<delta-spark version>``, cached in ~/.ivy2.5.2);
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +23,8 @@ from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+
+REMOTE_SETTING = "CS_PLATFORM_SPARK_REMOTE"
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -39,6 +44,33 @@ def delta_spark_config(master: str = "local[*]", app_name: str = "cs_platform", 
         # Local sessions bind to loopback only (the machine's other addresses are not ours to use).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     return {"spark.master": master, "spark.app.name": app_name, "spark.jars.packages": packages, **DELTA_CONF, **(extra or {})}
+
+
+class SparkUnreachableError(ConnectionError):
+    """The configured Spark Connect server does not answer (the client itself would retry for minutes)."""
+
+
+def lake_spark_config(master: str, remote: str = "") -> dict[str, str]:
+    """The session settings of the lake: a Spark Connect client when ``remote`` is set (the server
+    carries Delta's jars and settings), else an in-process driver with Delta's jars."""
+    if remote:
+        return {"spark.remote": remote, "spark.sql.session.timeZone": "UTC"}
+    return delta_spark_config(master)
+
+
+def check_remote(remote: str, timeout_s: float = 10) -> None:
+    """Fail within ``timeout_s`` if nothing listens at ``remote`` (``sc://host:port[/;params]``)."""
+    address = remote.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise SparkUnreachableError(f"{REMOTE_SETTING}={remote!r} is not sc://host:port: fix the setting, or unset it to run Spark in process")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise SparkUnreachableError(
+            f"no Spark Connect server answers at {remote} ({e}): start it (make dev starts one), fix "
+            f"{REMOTE_SETTING}, or unset it to run Spark in process"
+        ) from e
 
 
 def delta_spark_session(

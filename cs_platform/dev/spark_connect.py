@@ -1,0 +1,114 @@
+"""A Spark Connect server with Delta for `make dev` and the tests that run `dagster dev` as it does.
+
+Started from the installed pyspark (its ``spark-submit`` and the ``spark-connect`` jar it ships), on
+a free loopback port, with the lake's Delta settings and jars (``delta_spark_config``); stopped by
+the PID we started (``spark-submit`` execs the JVM, in a session of its own). Lake runs connect to
+it through ``CS_PLATFORM_SPARK_REMOTE``: its JVM stays up and warm across runs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import pyspark
+
+from cs_platform.dev.deadline import Deadline
+from cs_platform.dev.emulator import free_loopback_port
+from cs_platform.dev.process_group import stop_process_group
+from cs_platform.lake.spark import delta_spark_config
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+class SparkConnectStartError(RuntimeError):
+    """The server exited or did not listen in time; the message carries the end of its log."""
+
+
+def server_command(port: int, master: str) -> list[str]:
+    spark_home = Path(pyspark.__file__).parent
+    conf = {
+        **delta_spark_config(master, "cs_platform_spark_connect"),
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+    }
+    return [str(spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS, *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]]
+
+
+@contextmanager
+def spark_connect_server(log_path: Path, master: str = "local[*]", start_timeout_s: float = 180) -> Iterator[str]:
+    """Run a Spark Connect server until exit; yields its ``sc://127.0.0.1:<port>`` address. The first
+    start may resolve Delta's jars from Maven Central (then cached in ~/.ivy2.5.2)."""
+    port = free_loopback_port()
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(Path(pyspark.__file__).parent),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            server_command(port, master), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+    warm_up = None
+    try:
+        _wait_listening(process, port, log_path, Deadline(start_timeout_s))
+        remote = f"sc://127.0.0.1:{port}"
+        # A cold JVM runs its first Delta MERGE several times slower: warm it while the first
+        # partitions are still being read (in a process of its own: one process is either a
+        # Connect client or a local driver).
+        warm_up = subprocess.Popen(
+            [sys.executable, "-m", __name__, remote, str(log_path.parent / "spark-connect-warm-up")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        yield remote
+    finally:
+        if warm_up is not None:
+            stop_process_group(warm_up)
+        stop_process_group(process)
+
+
+def _wait_listening(process: subprocess.Popen, port: int, log_path: Path, deadline: Deadline) -> None:
+    while True:
+        if process.poll() is not None:
+            raise SparkConnectStartError(f"the Spark Connect server exited with {process.returncode}:\n{_tail(log_path)}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            pass
+        if deadline.expired():
+            raise SparkConnectStartError(f"the Spark Connect server did not listen on port {port} within {deadline.describe()}:\n{_tail(log_path)}")
+        time.sleep(0.5)
+
+
+def warm(remote: str, directory: str) -> None:
+    """Create, MERGE into and read a small Delta table through ``remote`` (then remove it)."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.config("spark.remote", remote).getOrCreate()
+    table = f"delta.`{directory}`"
+    try:
+        spark.range(100).selectExpr("id", "CAST(id AS STRING) AS value").write.format("delta").mode("overwrite").save(directory)
+        spark.range(50, 150).selectExpr("id", "'new' AS value").createOrReplaceTempView("warm_up_source")
+        spark.sql(f"MERGE INTO {table} t USING warm_up_source s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+        spark.read.format("delta").load(directory).groupBy("value").count().collect()
+    finally:
+        spark.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+if __name__ == "__main__":
+    warm(sys.argv[1], sys.argv[2])

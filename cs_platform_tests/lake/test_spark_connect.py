@@ -1,0 +1,38 @@
+"""The lake on a Spark Connect server (what `make dev` and lake runs under `dagster dev` use): the
+cut tests run again as a client of a real server started from the installed pyspark, east and west
+of UTC; and a server that is not there is reported within seconds, naming the setting."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cs_platform.dev.emulator import free_loopback_port
+from cs_platform.dev.spark_connect import spark_connect_server
+from cs_platform.lake.spark import REMOTE_SETTING, SparkUnreachableError, check_remote
+
+CUT_TESTS = Path(__file__).with_name("test_cuts.py")
+
+
+def test_the_cut_tests_pass_on_a_spark_connect_server(tmp_path):
+    with spark_connect_server(tmp_path / "spark-connect.log", master="local[2]") as remote:
+        env = {**os.environ, REMOTE_SETTING: remote}
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(CUT_TESTS)],
+            env=env, capture_output=True, text=True, timeout=1800,
+        )
+    assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout and " failed" not in result.stdout
+
+
+def test_an_unreachable_server_fails_fast_naming_the_setting():
+    remote = f"sc://127.0.0.1:{free_loopback_port()}"  # nothing listens there
+    began = time.monotonic()
+    with pytest.raises(SparkUnreachableError, match=rf"no Spark Connect server answers at {remote}.*{REMOTE_SETTING}"):
+        check_remote(remote)
+    assert time.monotonic() - began < 30
+    with pytest.raises(SparkUnreachableError, match=rf"{REMOTE_SETTING}='spark://x:1' is not sc://host:port"):
+        check_remote("spark://x:1")
