@@ -32,6 +32,7 @@ bench: setup check-emulator
 	$(PY) bench/live_tail_latency.py
 	$(PY) bench/orchestration_latency.py
 	$(PY) bench/lake_apply.py
+	$(PY) bench/lake_cost.py
 
 clean:
 	rm -rf $(VENV) .demo .dev .pytest_cache

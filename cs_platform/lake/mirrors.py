@@ -91,7 +91,10 @@ def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, co
         clauses += [f"WHEN MATCHED AND s.__op = 'REPLACE' THEN UPDATE SET {replace}", f"WHEN MATCHED AND s.__op = 'PATCH' THEN UPDATE SET {patch}"]
     names = ", ".join(quoted(c) for c in columns)
     clauses.append(f"WHEN NOT MATCHED AND s.__op != 'DELETE' THEN INSERT ({names}) VALUES ({', '.join(f's.{quoted(c)}' for c in columns)})")
-    mirror.merge(spark, final_effects(changes, columns), " ".join(clauses))
+    # Computed once, from the cut's cached changes: a MERGE reads its source twice (touched files,
+    # then the rewrite) and, handed the plan, would re-read the changelog both times.
+    effects = final_effects(changes, columns).localCheckpoint()
+    mirror.merge(spark, effects, " ".join(clauses))
     return mirror.version()
 
 
@@ -101,15 +104,16 @@ def primary_key(spark: SparkSession, mirror: DeltaPath) -> list[str]:
 
 
 def _ensure_columns(spark: SparkSession, mirror: DeltaPath, columns: dict[str, dict]) -> None:
-    """Create the mirror (deletion vectors on: a MERGE marks changed rows instead of copying their
-    files), or add the columns it lacks."""
+    """Create the mirror, or add the columns it lacks. Deletion vectors stay off until a maintenance
+    job purges them: a MERGE would mark rows instead of copying files, but every later MERGE would
+    then read each superseded row again, so reads would grow with history."""
     wanted = {name: spark_type(c["type"]) for name, c in columns.items()}
     if not mirror.exists():
         schema = ", ".join(f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items())
         keys = ",".join(name for name, c in columns.items() if c["is_primary_key"])
         spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {mirror.sql} ({schema}) USING delta TBLPROPERTIES ("
-            f"'delta.enableDeletionVectors' = 'true', {sql_string(PRIMARY_KEY_PROPERTY)} = {sql_string(keys)})"
+            f"CREATE TABLE IF NOT EXISTS {mirror.sql} ({schema}) USING delta "
+            f"TBLPROPERTIES ({sql_string(PRIMARY_KEY_PROPERTY)} = {sql_string(keys)})"
         )
         return
     present = set(mirror.read(spark).columns)

@@ -1,0 +1,213 @@
+"""What a cut costs as the lake grows, against a plain Delta append of the same rows in the same run.
+
+Synthesizes landing files shaped like the reader's (one row per mod, transactions of 10 mods, one
+table ``Accounts``), then:
+
+- **growth**: ``--cuts`` cuts of ``--mods`` mods each (updates of existing keys, ``--new-keys`` new
+  ones per cut): per cut, ingest + apply seconds, Spark jobs, rows read by Spark (input records of
+  every stage the cut ran) and mirror rows copied; ``growth_slope_pct_per_cut`` is the fitted slope
+  of cut seconds over the last 10 cuts, as a percentage of their median;
+- **scale**: a mirror of ``--mirror-rows`` keys, then a small cut (10 mods) and a large one
+  (``--mods``), each against a plain append of its rows.
+
+Prints ``name: value`` lines. Spark is local[2] in this process (job and input-record counts come
+from its status store).
+
+    .venv/bin/python bench/lake_cost.py [--cuts 16 --mods 10000 --mirror-rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from py4j.protocol import Py4JJavaError
+
+from cs_platform.changestream.reader import PartitionBatch
+from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
+from cs_platform.lake.cuts import Lake
+from cs_platform.lake.spark import delta_spark_session
+from cs_platform.landing.store import LandingStore
+
+STREAM = "Bench"
+COLUMNS = (
+    ColumnType("AccountId", {"code": "STRING"}, True, 1),
+    ColumnType("Balance", {"code": "INT64"}, False, 2),
+    ColumnType("Note", {"code": "STRING"}, False, 3),
+)
+PER_TRANSACTION = 10
+
+
+@dataclass
+class Landing:
+    """Writes one batch of synthetic transactions per call, each later than the last."""
+
+    root: Path
+    clock: datetime = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    batches: int = 0
+    keys: int = 0  # keys inserted so far: acct-0 .. acct-(keys-1)
+
+    def write(self, inserts: int, updates: int, rng: random.Random) -> tuple[list[str], datetime]:
+        """Land ``inserts`` new keys and ``updates`` updates of existing ones; returns the new files
+        and the last commit timestamp."""
+        self.batches += 1
+        store, records = LandingStore(str(self.root)), []
+        new_keys = [f"acct-{k:08d}" for k in range(self.keys, self.keys + inserts)]
+        self.keys += inserts
+        changes = [(ModType.INSERT, k) for k in new_keys] + [(ModType.UPDATE, f"acct-{rng.randrange(max(1, self.keys - inserts)):08d}") for _ in range(updates)]
+        for start in range(0, len(changes), PER_TRANSACTION):
+            self.clock += timedelta(microseconds=100)
+            chunk = changes[start : start + PER_TRANSACTION]
+            for kind in (ModType.INSERT, ModType.UPDATE):
+                mods = tuple(
+                    Mod({"AccountId": key}, {"Balance": str(rng.randrange(10**6)), **({"Note": "opened"} if kind is ModType.INSERT else {})}, {})
+                    for k, key in chunk if k is kind
+                )
+                if mods:
+                    records.append(self._record(f"b{self.batches}-t{start}-{kind.value}", mods, kind))
+        part = tuple(records)
+        batch = PartitionBatch(STREAM, part[0].commit_timestamp, part[-1].commit_timestamp, part, (), part[-1].commit_timestamp, False)
+        landed = store.write(STREAM, f"p{self.batches}", batch)
+        return [landed.path], part[-1].commit_timestamp
+
+    def _record(self, transaction: str, mods: tuple, kind: ModType) -> DataChangeRecord:
+        return DataChangeRecord(
+            STREAM, self.clock, "00000000", transaction, True, "Accounts", COLUMNS, mods,
+            kind, ValueCaptureType.OLD_AND_NEW_VALUES, 1, 1, "", False,
+        )
+
+
+class SparkMeter:
+    """Spark jobs and input records of whatever runs inside :meth:`measure` (one job group)."""
+
+    def __init__(self, spark) -> None:
+        self.context = spark.sparkContext
+        self.store = self.context._jsc.sc().statusStore()
+        self.groups = 0
+
+    def measure(self, work) -> tuple[float, int, int]:
+        """(seconds, jobs, input records) of ``work()``."""
+        self.groups += 1
+        group = f"bench-{self.groups}"
+        self.context.setJobGroup(group, group)
+        began = time.perf_counter()
+        work()
+        seconds = time.perf_counter() - began
+        self.context.setJobGroup("bench-idle", "bench-idle")
+        jobs = list(self.context.statusTracker().getJobIdsForGroup(group))
+        return seconds, len(jobs), sum(self._input_records(job) for job in jobs)
+
+    def _input_records(self, job: int) -> int:
+        stages = self.store.job(job).stageIds()
+        return sum(self._stage_input(stages.apply(i)) for i in range(stages.size()))
+
+    def _stage_input(self, stage: int) -> int:
+        try:
+            return int(self.store.lastStageAttempt(stage).inputRecords())
+        except Py4JJavaError:  # a skipped stage (its shuffle output reused) has no attempt
+            return 0
+
+
+def last_merge_metric(spark, lake: Lake, name: str) -> int:
+    """A metric of the latest commit to the Accounts mirror (0 when that commit did not report it)."""
+    row = spark.sql(f"DESCRIBE HISTORY delta.`{lake.mirror_path('Accounts')}` LIMIT 1").first()
+    return int((row.operationMetrics or {}).get(name, 0))
+
+
+def slope_pct(values: list[float]) -> float:
+    """Least-squares slope of ``values`` per step, as a percentage of their median."""
+    xs = range(len(values))
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(values)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, values)) / sum((x - mean_x) ** 2 for x in xs)
+    return 100 * slope / statistics.median(values)
+
+
+class Bench:
+    def __init__(self, spark, work: Path, seed: int = 7) -> None:
+        self.spark, self.work = spark, work
+        self.meter = SparkMeter(spark)
+        self.rng = random.Random(seed)
+        self.appends = 0
+
+    def append_seconds(self, files: list[str]) -> float:
+        """The baseline: a plain Delta append of the same landed rows."""
+        self.appends += 1
+        target = str(self.work / f"append{self.appends}")
+        return self.meter.measure(lambda: self.spark.read.parquet(*files).write.format("delta").mode("append").save(target))[0]
+
+    def cut(self, lake: Lake, landing: Landing, inserts: int, updates: int) -> dict[str, float]:
+        files, last = landing.write(inserts, updates, self.rng)
+        append = self.append_seconds(files)
+        ingest = self.meter.measure(lambda: lake.changelog.ingest(files))
+        apply = self.meter.measure(lambda: lake.apply_cut(last))
+        return {
+            "seconds": ingest[0] + apply[0],
+            "append_s": append,
+            "jobs": ingest[1] + apply[1],
+            "rows_read": ingest[2] + apply[2],
+            "rows_copied": last_merge_metric(self.spark, lake, "numTargetRowsCopied"),
+        }
+
+
+def growth(bench: Bench, cuts: int, mods: int, new_keys: int) -> None:
+    landing, lake = Landing(bench.work / "growth_landing"), Lake(bench.spark, str(bench.work / "growth_lake"))
+    bench.cut(lake, landing, inserts=mods, updates=0)  # the keys the updates go to
+    seconds = []
+    for i in range(1, cuts + 1):
+        cut = bench.cut(lake, landing, inserts=new_keys, updates=mods - new_keys)
+        seconds.append(cut["seconds"])
+        print(
+            f"growth_cut_{i:02d}: {cut['seconds']:.2f} s, {cut['jobs']} jobs, {cut['rows_read']} rows read, "
+            f"{cut['rows_copied']} mirror rows copied, append {cut['append_s']:.2f} s, changelog {(i + 1) * mods} rows",
+            flush=True,
+        )
+    print(f"growth_cut_s_median: {statistics.median(seconds[-10:]):.2f}")
+    print(f"growth_slope_pct_per_cut: {slope_pct(seconds[-10:]):.2f}")
+
+
+def scale(bench: Bench, mirror_rows: int, mods: int) -> None:
+    landing, lake = Landing(bench.work / "scale_landing"), Lake(bench.spark, str(bench.work / "scale_lake"))
+    began = time.perf_counter()
+    bench.cut(lake, landing, inserts=mirror_rows, updates=0)
+    bench.cut(lake, landing, inserts=0, updates=mirror_rows)
+    print(f"scale_setup_s: {time.perf_counter() - began:.1f} ({mirror_rows} mirror rows, {2 * mirror_rows} changelog rows)", flush=True)
+    bench.cut(lake, landing, inserts=0, updates=10)  # warm
+    small = bench.cut(lake, landing, inserts=0, updates=10)
+    large = bench.cut(lake, landing, inserts=0, updates=mods)
+    print(f"small_cut_s: {small['seconds']:.2f}")
+    print(f"small_cut_jobs: {small['jobs']}")
+    print(f"small_cut_rows_read: {small['rows_read']}")
+    print(f"small_cut_over_append: {small['seconds'] / small['append_s']:.2f}")
+    print(f"mirror_rows_copied_small_cut: {small['rows_copied']}")
+    print(f"large_cut_s: {large['seconds']:.2f}")
+    print(f"large_cut_over_append: {large['seconds'] / large['append_s']:.2f}")
+    print(f"mirror_rows_copied_large_cut: {large['rows_copied']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cuts", type=int, default=16)
+    parser.add_argument("--mods", type=int, default=10_000)
+    parser.add_argument("--new-keys", type=int, default=1_000)
+    parser.add_argument("--mirror-rows", type=int, default=1_000_000)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="lake_cost_"))
+    spark = delta_spark_session("lake_cost_bench", "local[2]", jvm_log=work / "spark.log")
+    try:
+        bench = Bench(spark, work)
+        growth(bench, args.cuts, args.mods, args.new_keys)
+        scale(bench, args.mirror_rows, args.mods)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
