@@ -92,7 +92,7 @@ def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, co
     names = ", ".join(quoted(c) for c in columns)
     clauses.append(f"WHEN NOT MATCHED AND s.__op != 'DELETE' THEN INSERT ({names}) VALUES ({', '.join(f's.{quoted(c)}' for c in columns)})")
     # Computed once, from the cut's cached changes: a MERGE reads its source twice (touched files,
-    # then the rewrite) and, handed the plan, would re-read the changelog both times.
+    # then the rewrite), and would otherwise run the fold twice.
     effects = final_effects(changes, columns).localCheckpoint()
     mirror.merge(spark, effects, " ".join(clauses))
     return mirror.version()
