@@ -33,6 +33,7 @@ from py4j.protocol import Py4JJavaError
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.lake.cuts import Lake
+from cs_platform.lake.delta import quoted
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.landing.store import LandingStore
 
@@ -117,7 +118,7 @@ class SparkMeter:
 
 def last_merge_metric(spark, lake: Lake, name: str) -> int:
     """A metric of the latest commit to the Accounts mirror (0 when that commit did not report it)."""
-    row = spark.sql(f"DESCRIBE HISTORY delta.`{lake.mirror_path('Accounts')}` LIMIT 1").first()
+    row = spark.sql(f"DESCRIBE HISTORY delta.{quoted(lake.mirror_path('Accounts'))} LIMIT 1").first()
     return int((row.operationMetrics or {}).get(name, 0))
 
 

@@ -23,6 +23,7 @@ import pyspark
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import stop_process_group
+from cs_platform.lake.delta import quoted
 from cs_platform.lake.spark import delta_spark_config
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -95,11 +96,13 @@ def warm(remote: str, directory: str) -> None:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.config("spark.remote", remote).getOrCreate()
-    table = f"delta.`{directory}`"
+    table = f"delta.{quoted(directory)}"
     try:
         spark.range(100).selectExpr("id", "CAST(id AS STRING) AS value").write.format("delta").mode("overwrite").save(directory)
         spark.range(50, 150).selectExpr("id", "'new' AS value").createOrReplaceTempView("warm_up_source")
-        spark.sql(f"MERGE INTO {table} t USING warm_up_source s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *")
+        spark.sql(
+            f"MERGE INTO {table} t USING `warm_up_source` s ON t.`id` = s.`id` WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
         spark.read.format("delta").load(directory).groupBy("value").count().collect()
     finally:
         spark.stop()

@@ -18,7 +18,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cs_platform.lake.delta import DeltaPath
+from cs_platform.lake.delta import DeltaPath, quoted
 from cs_platform.lake.types import sql_timestamp
 from cs_platform.landing.rows import IDENTITY
 
@@ -72,7 +72,7 @@ class Changelog:
         rows = landed.withColumn("source_file", F.input_file_name()).withColumn("ingested_at", F.current_timestamp())
         if not self.exists():
             rows.limit(0).write.format("delta").save(self.path)  # the schema; the MERGE fills it
-        within = f"t.commit_timestamp BETWEEN {sql_timestamp(first)} AND {sql_timestamp(last)}"
-        identity = " AND ".join(f"t.{c} = s.{c}" for c in IDENTITY)
+        within = f"t.{quoted('commit_timestamp')} BETWEEN {sql_timestamp(first)} AND {sql_timestamp(last)}"
+        identity = " AND ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in IDENTITY)
         statement = f"ON {within} AND {identity} WHEN NOT MATCHED THEN INSERT *"
         return int(self.delta.merge(self.spark, rows.dropDuplicates(list(IDENTITY)), statement).num_inserted_rows)

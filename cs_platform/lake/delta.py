@@ -24,7 +24,8 @@ _COMMIT = ".json"  # <20-digit version>.json: one commit; checkpoints and .crc f
 
 
 def quoted(name: str) -> str:
-    """A column name in Spark SQL: backticks, with any backtick in it doubled."""
+    """A name in Spark SQL (a column, a view, or the path in ``delta.`<path>```): backticks, with
+    any backtick in it doubled."""
     return "`" + name.replace("`", "``") + "`"
 
 
@@ -48,11 +49,6 @@ class DeltaPath:
     def uri(self) -> str:
         """The path as Spark names it (a URI for object stores)."""
         return self.location.uri(self.path)
-
-    @property
-    def sql(self) -> str:
-        """The table in a SQL statement: ``delta.`<uri>``` with backticks doubled."""
-        return "delta.`" + self.uri.replace("`", "``") + "`"
 
     def _commits(self) -> list[int]:
         selector = pafs.FileSelector(f"{self.path}/{_LOG}", allow_not_found=True)
@@ -91,6 +87,6 @@ class DeltaPath:
         view = f"cs_platform_merge_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
         try:
-            return spark.sql(f"MERGE INTO {self.sql} AS t USING {view} AS s {statement}").first()
+            return spark.sql(f"MERGE INTO delta.{quoted(self.uri)} AS t USING {quoted(view)} AS s {statement}").first()
         finally:
             spark.catalog.dropTempView(view)

@@ -80,17 +80,18 @@ def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, co
     see :func:`column_types_by_table`) in one MERGE; returns the mirror's new version."""
     keys = [name for name, c in columns.items() if c["is_primary_key"]]
     others = [name for name in columns if name not in keys]
+    op = quoted("__op")
     _ensure_columns(spark, mirror, columns)
     clauses = [
         "ON " + " AND ".join(f"t.{quoted(k)} <=> s.{quoted(k)}" for k in keys),
-        "WHEN MATCHED AND s.__op = 'DELETE' THEN DELETE",
+        f"WHEN MATCHED AND s.{op} = 'DELETE' THEN DELETE",
     ]
     if others:
         replace = ", ".join(f"{quoted(c)} = s.{quoted(c)}" for c in others)
         patch = ", ".join(f"{quoted(c)} = CASE WHEN s.{quoted(c + '__set')} THEN s.{quoted(c)} ELSE t.{quoted(c)} END" for c in others)
-        clauses += [f"WHEN MATCHED AND s.__op = 'REPLACE' THEN UPDATE SET {replace}", f"WHEN MATCHED AND s.__op = 'PATCH' THEN UPDATE SET {patch}"]
+        clauses += [f"WHEN MATCHED AND s.{op} = 'REPLACE' THEN UPDATE SET {replace}", f"WHEN MATCHED AND s.{op} = 'PATCH' THEN UPDATE SET {patch}"]
     names = ", ".join(quoted(c) for c in columns)
-    clauses.append(f"WHEN NOT MATCHED AND s.__op != 'DELETE' THEN INSERT ({names}) VALUES ({', '.join(f's.{quoted(c)}' for c in columns)})")
+    clauses.append(f"WHEN NOT MATCHED AND s.{op} != 'DELETE' THEN INSERT ({names}) VALUES ({', '.join(f's.{quoted(c)}' for c in columns)})")
     # Computed once, from the cut's cached changes: a MERGE reads its source twice (touched files,
     # then the rewrite), and would otherwise run the fold twice.
     effects = final_effects(changes, columns).localCheckpoint()
@@ -99,7 +100,7 @@ def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, co
 
 
 def primary_key(spark: SparkSession, mirror: DeltaPath) -> list[str]:
-    row = spark.sql(f"SHOW TBLPROPERTIES {mirror.sql} ({sql_string(PRIMARY_KEY_PROPERTY)})").first()
+    row = spark.sql(f"SHOW TBLPROPERTIES delta.{quoted(mirror.uri)} ({sql_string(PRIMARY_KEY_PROPERTY)})").first()
     return row.value.split(",")
 
 
@@ -112,14 +113,14 @@ def _ensure_columns(spark: SparkSession, mirror: DeltaPath, columns: dict[str, d
         schema = ", ".join(f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items())
         keys = ",".join(name for name, c in columns.items() if c["is_primary_key"])
         spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {mirror.sql} ({schema}) USING delta "
+            f"CREATE TABLE IF NOT EXISTS delta.{quoted(mirror.uri)} ({schema}) USING delta "
             f"TBLPROPERTIES ({sql_string(PRIMARY_KEY_PROPERTY)} = {sql_string(keys)})"
         )
         return
     present = set(mirror.read(spark).columns)
     missing = [f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items() if name not in present]
     if missing:
-        spark.sql(f"ALTER TABLE {mirror.sql} ADD COLUMNS ({', '.join(missing)})")
+        spark.sql(f"ALTER TABLE delta.{quoted(mirror.uri)} ADD COLUMNS ({', '.join(missing)})")
 
 
 def sample_keys(mirror: DataFrame, keys: list[str], n: int, seed: int = 7) -> list[tuple]:

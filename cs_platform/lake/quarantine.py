@@ -18,7 +18,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cs_platform.lake.delta import DeltaPath, sql_string
+from cs_platform.lake.delta import DeltaPath, quoted, sql_string
 from cs_platform.lake.types import untyped, utc
 
 _APP_ID = "cs_platform.cut"  # idempotent appends: a re-run cut adds its quarantine rows once
@@ -111,4 +111,5 @@ class Quarantine:
         if not self.exists() or not transaction_ids:
             return 0
         ids = ", ".join(sql_string(t) for t in transaction_ids)
-        return int(self.spark.sql(f"DELETE FROM {self.delta.sql} WHERE server_transaction_id IN ({ids})").first().num_affected_rows)
+        statement = f"DELETE FROM delta.{quoted(self.delta.uri)} WHERE {quoted('server_transaction_id')} IN ({ids})"
+        return int(self.spark.sql(statement).first().num_affected_rows)
