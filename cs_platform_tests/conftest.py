@@ -101,12 +101,9 @@ def spark():
     from cs_platform.lake.spark import REMOTE_SETTING, delta_spark_session, lake_spark_config
 
     if os.environ.get(REMOTE_SETTING):
-        from pyspark.sql import SparkSession
+        from dagster_pyspark.resources import spark_session_from_config  # what the lake runs' resource calls
 
-        builder = SparkSession.builder
-        for key, value in lake_spark_config("", os.environ[REMOTE_SETTING]).items():
-            builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        session = spark_session_from_config(lake_spark_config("", os.environ[REMOTE_SETTING]))
     else:
         session = delta_spark_session("cs_platform_tests", master="local[2]")
     yield session

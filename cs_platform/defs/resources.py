@@ -154,19 +154,18 @@ class LakeResource(ConfigurableResource):
 
 
 class SparkResource(PySparkResource):
-    """dagster-pyspark's session with Delta: on the Spark Connect server at ``remote`` when set (a
-    long-lived JVM, checked to answer first: the client alone would retry for minutes), else a
-    driver in the run's process."""
-
-    remote: str = ""
+    """dagster-pyspark's session with Delta (``lake_spark_config``): on the Spark Connect server of
+    ``spark.remote`` when set (a long-lived JVM, checked to answer first: the client alone would
+    retry for minutes), else a driver in the run's process."""
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
         return False
 
     def setup_for_execution(self, context) -> None:
-        if self.remote:
-            check_remote(self.remote)
+        remote = self.spark_config.get("spark.remote")
+        if remote:
+            check_remote(remote)
         super().setup_for_execution(context)
 
 
@@ -213,7 +212,6 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
         emulator_host=settings.value(environ, "SPANNER_EMULATOR_HOST"),
         timeout_seconds=settings.value(environ, "CS_PLATFORM_SPANNER_TIMEOUT_SECONDS"),
     )
-    remote = settings.value(environ, "CS_PLATFORM_SPARK_REMOTE") or ""
     resources: dict = {
         "landing": LandingResource(root=settings.value(environ, "CS_PLATFORM_LANDING_ROOT")),
         "lake": LakeResource(
@@ -222,8 +220,9 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             untyped_values=settings.value(environ, "CS_PLATFORM_UNTYPED_VALUES"),
         ),
         "pyspark": SparkResource(
-            spark_config=lake_spark_config(settings.value(environ, "CS_PLATFORM_SPARK_MASTER"), remote),
-            remote=remote,
+            spark_config=lake_spark_config(
+                settings.value(environ, "CS_PLATFORM_SPARK_MASTER"), settings.value(environ, "CS_PLATFORM_SPARK_REMOTE") or ""
+            )
         ),
     }
     for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS"):

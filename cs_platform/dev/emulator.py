@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cs_platform.dev.process_group import wait_until_listening
+
 log = logging.getLogger(__name__)
 
 _SDK_RELATIVE = Path("bin") / "cloud_spanner_emulator" / "emulator_main"
@@ -109,17 +111,13 @@ class SpannerEmulator:
 
     def _wait_until_serving(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise EmulatorStartError(
-                    f"emulator_main exited with code {self.process.returncode} while starting on {self.host}"
-                    + (f"; see {self.log_path}" if self.log_path else "")
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.1)
+        if wait_until_listening(self.process, self.port, lambda: time.monotonic() >= deadline):
+            return
+        if self.process.poll() is not None:
+            raise EmulatorStartError(
+                f"emulator_main exited with code {self.process.returncode} while starting on {self.host}"
+                + (f"; see {self.log_path}" if self.log_path else "")
+            )
         self.stop()
         raise EmulatorStartError(f"emulator_main did not listen on {self.host} within {timeout_s:.0f}s")
 

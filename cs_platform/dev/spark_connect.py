@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -22,7 +20,7 @@ import pyspark
 
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.emulator import free_loopback_port
-from cs_platform.dev.process_group import stop_process_group
+from cs_platform.dev.process_group import stop_process_group, wait_until_listening
 from cs_platform.lake.delta import quoted
 from cs_platform.lake.spark import delta_spark_config
 
@@ -61,7 +59,11 @@ def spark_connect_server(log_path: Path, master: str = "local[*]", start_timeout
         )
     warm_up = None
     try:
-        _wait_listening(process, port, log_path, Deadline(start_timeout_s))
+        deadline = Deadline(start_timeout_s)
+        if not wait_until_listening(process, port, deadline.expired):
+            if process.poll() is not None:
+                raise SparkConnectStartError(f"the Spark Connect server exited with {process.returncode}:\n{_tail(log_path)}")
+            raise SparkConnectStartError(f"the Spark Connect server did not listen on port {port} within {deadline.describe()}:\n{_tail(log_path)}")
         remote = f"sc://127.0.0.1:{port}"
         # A cold JVM runs its first Delta MERGE several times slower: warm it while the first
         # partitions are still being read (in a process of its own: one process is either a
@@ -75,20 +77,6 @@ def spark_connect_server(log_path: Path, master: str = "local[*]", start_timeout
         if warm_up is not None:
             stop_process_group(warm_up)
         stop_process_group(process)
-
-
-def _wait_listening(process: subprocess.Popen, port: int, log_path: Path, deadline: Deadline) -> None:
-    while True:
-        if process.poll() is not None:
-            raise SparkConnectStartError(f"the Spark Connect server exited with {process.returncode}:\n{_tail(log_path)}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            pass
-        if deadline.expired():
-            raise SparkConnectStartError(f"the Spark Connect server did not listen on port {port} within {deadline.describe()}:\n{_tail(log_path)}")
-        time.sleep(0.5)
 
 
 def warm(remote: str, directory: str) -> None:

@@ -40,10 +40,6 @@ class Changelog:
         self.delta = table
         self.files = DeltaPath(table.location, f"{table.path}_files")
 
-    @property
-    def path(self) -> str:
-        return self.delta.uri
-
     def exists(self) -> bool:
         return self.delta.exists()
 
@@ -71,7 +67,7 @@ class Changelog:
         """MERGE ``landed`` (commits in [first, last]) on identity; returns the rows inserted."""
         rows = landed.withColumn("source_file", F.input_file_name()).withColumn("ingested_at", F.current_timestamp())
         if not self.exists():
-            rows.limit(0).write.format("delta").save(self.path)  # the schema; the MERGE fills it
+            rows.limit(0).write.format("delta").save(self.delta.uri)  # the schema; the MERGE fills it
         within = f"t.{quoted('commit_timestamp')} BETWEEN {sql_timestamp(first)} AND {sql_timestamp(last)}"
         identity = " AND ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in IDENTITY)
         statement = f"ON {within} AND {identity} WHEN NOT MATCHED THEN INSERT *"

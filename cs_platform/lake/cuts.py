@@ -47,10 +47,10 @@ INCOMPLETE_SAMPLE = 5  # incomplete transactions named in the error
 class IncompleteTransactionsError(RuntimeError):
     """Transactions under the cut lack records: data was lost upstream; nothing was applied."""
 
-    def __init__(self, message: str, missing: list[tuple[str, int, int]], count: int | None = None) -> None:
+    def __init__(self, message: str, missing: list[tuple[str, int, int]], count: int) -> None:
         super().__init__(message)
         self.missing = missing  # (transaction id, records seen, records expected), a sample
-        self.count = len(missing) if count is None else count
+        self.count = count  # all of them
 
 
 class UntypedValueError(RuntimeError):
