@@ -4,14 +4,22 @@ Identity of a row is (server_transaction_id, record_sequence, mod_index). Ingest
 not ingested before and MERGEs on identity, inserting only unseen changes, so re-ingesting a file, a
 replayed read or a duplicate landed by a crash changes nothing. A duplicate change always carries
 the same commit timestamp, so the MERGE matches only changelog rows inside the batch's commit
-range: Delta skips every file outside it, and the rows read follow the batch, not the history.
-Ingested files are listed in a second Delta table (``<path>_files``), appended after the MERGE
-commits: a crash in between only means the files are read again next time, and their rows are then
-all duplicates.
+range: Delta skips every file outside it (the table is clustered by commit timestamp), and the
+rows read follow the batch, not the history.
+
+Which landing files are ingested is recorded by the MERGE commit itself, in its ``userMetadata``:
+per landing directory (one per partition), the last file name ingested. A partition's files are
+named ``<query start>_<watermark>``, so its later reads sort after its earlier ones; a file that
+sorts at or below the mark is a replay of a range already ingested (same query start, or a stale
+run landing late), whose records the stream returns again identically. Ingest therefore reads only
+the files above their directory's mark, and looks up the marks in the log, not in a table that
+grows with every file. A MERGE that inserts nothing commits nothing: its files are read again next
+time, all duplicates, until a MERGE with new rows records them.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -21,6 +29,15 @@ from pyspark.sql import functions as F
 from cs_platform.lake.delta import DeltaPath, quoted
 from cs_platform.lake.types import sql_timestamp
 from cs_platform.landing.rows import IDENTITY
+
+MARKS = "ingested_upto"  # userMetadata key: {landing directory: last file name ingested}
+CLUSTER_COLUMN = "commit_timestamp"  # what every ingest MERGE and every cut filters on
+LEGACY_FILES_SUFFIX = "_files"  # ingested files were listed in a Delta table before the marks
+
+
+def _split(file: str) -> tuple[str, str]:
+    directory, _, name = file.rpartition("/")
+    return directory, name
 
 
 @dataclass(frozen=True)
@@ -46,29 +63,44 @@ class Changelog:
     def table(self) -> DataFrame:
         return self.delta.read(self.spark)
 
-    def ingested_files(self) -> set[str]:
-        if not self.files.exists():
-            return set()
-        return {r.path for r in self.files.read(self.spark).collect()}
+    def ingested_marks(self) -> dict[str, str]:
+        """Per landing directory, the last file name ingested (from the log: no Spark job)."""
+        recorded = self.delta.last_commit_metadata()
+        if recorded is not None:
+            return recorded[MARKS]
+        legacy = DeltaPath(self.delta.location, self.delta.path + LEGACY_FILES_SUFFIX)
+        if not legacy.exists():
+            return {}
+        # A lake from before the marks listed its ingested files in a table: read it this once.
+        marks: dict[str, str] = {}
+        for row in legacy.read(self.spark).collect():
+            directory, name = _split(row.path)
+            marks[directory] = max(name, marks.get(directory, ""))
+        return marks
 
     def ingest(self, files: list[str]) -> IngestResult:
-        """Add the changes of ``files`` not already present."""
-        done = self.ingested_files()
-        new = sorted(f for f in files if f not in done)
+        """Add the changes of ``files`` (a stream's landing files) not already present."""
+        marks = self.ingested_marks()
+        new = sorted(f for f in files if _split(f)[1] > marks.get(_split(f)[0], ""))
         if not new:
             return IngestResult(0, 0, 0)
+        listed = {_split(f)[0] for f in files}
+        upto = {d: name for d, name in marks.items() if d in listed}  # directories gone from landing are forgotten
+        for directory, name in map(_split, new):
+            upto[directory] = max(name, upto.get(directory, ""))
         landed = self.spark.read.parquet(*new)
         read, first, last = landed.agg(F.count("*"), F.min("commit_timestamp"), F.max("commit_timestamp")).first()
-        added = self._insert_unseen(landed, first, last) if read else 0
-        self.spark.createDataFrame([(f,) for f in new], "path string").write.format("delta").mode("append").save(self.files.uri)
+        added = self._insert_unseen(landed, first, last, {MARKS: dict(sorted(upto.items()))}) if read else 0
         return IngestResult(len(new), read, added)
 
-    def _insert_unseen(self, landed: DataFrame, first: datetime, last: datetime) -> int:
-        """MERGE ``landed`` (commits in [first, last]) on identity; returns the rows inserted."""
+    def _insert_unseen(self, landed: DataFrame, first: datetime, last: datetime, metadata: dict) -> int:
+        """MERGE ``landed`` (commits in [first, last]) on identity, its commit recording
+        ``metadata``; returns the rows inserted."""
         rows = landed.withColumn("source_file", F.input_file_name()).withColumn("ingested_at", F.current_timestamp())
         if not self.exists():
-            rows.limit(0).write.format("delta").save(self.delta.uri)  # the schema; the MERGE fills it
+            rows.limit(0).write.format("delta").clusterBy(CLUSTER_COLUMN).save(self.delta.uri)  # the MERGE fills it
         within = f"t.{quoted('commit_timestamp')} BETWEEN {sql_timestamp(first)} AND {sql_timestamp(last)}"
         identity = " AND ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in IDENTITY)
         statement = f"ON {within} AND {identity} WHEN NOT MATCHED THEN INSERT *"
-        return int(self.delta.merge(self.spark, rows.dropDuplicates(list(IDENTITY)), statement).num_inserted_rows)
+        merged = self.delta.merge(self.spark, rows.dropDuplicates(list(IDENTITY)), statement, json.dumps(metadata))
+        return int(merged.num_inserted_rows)

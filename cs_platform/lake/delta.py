@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime, timezone
+from typing import Any, Iterator
 
 from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -20,6 +22,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from cs_platform.landing.location import Location
 
 _LOG = "_delta_log"
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _COMMIT = ".json"  # <20-digit version>.json: one commit; checkpoints and .crc files are ignored
 
 
@@ -32,6 +35,18 @@ def quoted(name: str) -> str:
 def sql_string(text: str) -> str:
     """A Spark SQL string literal of ``text``."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+@contextmanager
+def session_conf(spark: SparkSession, settings: dict[str, str]) -> Iterator[None]:
+    """``settings`` on the session for the statements inside, unset after."""
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in settings:
+            spark.conf.unset(key)
 
 
 @dataclass(frozen=True)
@@ -66,13 +81,21 @@ class DeltaPath:
     def exists(self) -> bool:
         return self.version() is not None
 
+    def _commit(self, version: int) -> list[dict[str, Any]]:
+        text = self.location.read_text(f"{self.path}/{_LOG}/{version:020d}{_COMMIT}")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def commit_timestamp(self, version: int) -> datetime:
+        """When ``version`` was committed, by its writer's clock."""
+        info = next(action["commitInfo"] for action in self._commit(version) if "commitInfo" in action)
+        return datetime.fromtimestamp(info["timestamp"] / 1000, timezone.utc)
+
     def last_commit_metadata(self) -> dict[str, Any] | None:
         """What the latest commit that recorded ``userMetadata`` (a JSON object) recorded; commits
         without it (maintenance, say) are passed over. None if no commit recorded any."""
         for version in reversed(self._commits()):
-            text = self.location.read_text(f"{self.path}/{_LOG}/{version:020d}{_COMMIT}")
-            for line in filter(str.strip, text.splitlines()):
-                metadata = json.loads(line).get("commitInfo", {}).get("userMetadata")
+            for action in self._commit(version):
+                metadata = action.get("commitInfo", {}).get("userMetadata")
                 if metadata:
                     return json.loads(metadata)
         return None
@@ -81,12 +104,16 @@ class DeltaPath:
         reader = spark.read.format("delta")
         return (reader if version is None else reader.option("versionAsOf", version)).load(self.uri)
 
-    def merge(self, spark: SparkSession, source: DataFrame, statement: str) -> Row:
-        """Run ``MERGE INTO <this table> AS t USING <source> AS s <statement>``; returns its counts
-        (num_affected_rows, num_updated_rows, num_deleted_rows, num_inserted_rows)."""
+    def merge(self, spark: SparkSession, source: DataFrame, statement: str, user_metadata: str | None = None) -> Row:
+        """Run ``MERGE INTO <this table> AS t USING <source> AS s <statement>``, its commit recording
+        ``user_metadata`` if given; returns its counts (num_affected_rows, num_updated_rows,
+        num_deleted_rows, num_inserted_rows)."""
         view = f"cs_platform_merge_{uuid.uuid4().hex}"
         source.createOrReplaceTempView(view)
+        # SQL commands take the commit's userMetadata from the session: set for this one only.
+        metadata = {} if user_metadata is None else {_USER_METADATA: user_metadata}
         try:
-            return spark.sql(f"MERGE INTO delta.{quoted(self.uri)} AS t USING {quoted(view)} AS s {statement}").first()
+            with session_conf(spark, metadata):
+                return spark.sql(f"MERGE INTO delta.{quoted(self.uri)} AS t USING {quoted(view)} AS s {statement}").first()
         finally:
             spark.catalog.dropTempView(view)
