@@ -29,6 +29,7 @@ def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
             sensor_interval_seconds=settings.value(environ, "CS_PLATFORM_SENSOR_INTERVAL_SECONDS"),
             lake_interval_seconds=lake_interval(environ),
             max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
+            maintenance_cron=settings.value(environ, "CS_PLATFORM_LAKE_MAINTENANCE_CRON"),
         )
         for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")
     ]

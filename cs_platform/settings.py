@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping
 
+from dagster._utils.schedules import is_valid_cron_string
+
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.values import parse_timestamp
 
@@ -42,6 +44,12 @@ def _names(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
+def _cron(text: str) -> str:
+    if not is_valid_cron_string(text):
+        raise ValueError("a cron schedule")
+    return text
+
+
 def _choice(*choices: str) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if text not in choices:
@@ -57,6 +65,7 @@ _EXPECTS = {
     _number: "a number of seconds, e.g. 60 or 0.5",
     _timestamp: "an RFC 3339 timestamp, e.g. 2026-01-31T12:00:00Z",
     _names: "comma-separated names",
+    _cron: "a cron schedule, e.g. 17 * * * * (hourly at :17)",
     str: "text",
 }
 
@@ -96,6 +105,9 @@ SETTINGS = {
         Setting("CS_PLATFORM_SPARK_MASTER", str, "local[*]", "Spark master of an in-process driver; any cluster URL works"),
         Setting("CS_PLATFORM_SPARK_REMOTE", str, None, "sc://host:port of a Spark Connect server with Delta (make dev starts one): lake runs start no JVM"),
         Setting("CS_PLATFORM_LAKE_INTERVAL_SECONDS", _integer, "30", "seconds between lake sensor ticks (>= 10): a cut when the low watermark moved"),
+        Setting("CS_PLATFORM_LAKE_KEPT_CUTS", _integer, "1000", "consistent cuts kept readable (mirrors_at_cut); maintenance drops older ones and the files only they needed", "kept_cuts"),
+        Setting("CS_PLATFORM_LAKE_MAINTENANCE_CRON", _cron, "17 * * * *", "when lake maintenance runs (compaction, purge of deletion vectors, VACUUM)"),
+        Setting("CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS", _number, "3600", "VACUUM spares files removed this long before the oldest kept cut, and any younger file: keep it above the longest lake run", "vacuum_margin_seconds"),
         Setting("CS_PLATFORM_MAX_LAG_SECONDS", _number, "600", "the lake is late (freshness, lag check) beyond this"),
         Setting("CS_PLATFORM_EMULATOR_BIN", str, None, "path of emulator_main for make demo/dev/test (default: the Debian package's)"),
         Setting("CS_PLATFORM_UNTYPED_VALUES", _choice("fail", "quarantine"), "fail", "a value that cannot be typed stops the cut (fail) or sets its transaction aside (quarantine)"),

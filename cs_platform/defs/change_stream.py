@@ -24,6 +24,7 @@ from dagster import (
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState
 from cs_platform.defs.lake_assets import lake_definitions
+from cs_platform.defs.lake_maintenance import lake_maintenance_definitions
 from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource, change_stream_resource_key, stream_slug
@@ -71,6 +72,7 @@ def change_stream_definitions(
     sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
     lake_interval_seconds: int = 30,
     max_lag_seconds: float = 600.0,
+    maintenance_cron: str = "17 * * * *",
 ) -> Definitions:
     names = ChangeStreamNames(stream)
     partitions = DynamicPartitionsDefinition(name=names.partitions)
@@ -116,7 +118,15 @@ def change_stream_definitions(
     lake_step, lake_job, lake_sensor = lake_definitions(
         names.slug, stream, names.asset_key, names.resource_key, max_lag_seconds, lake_interval_seconds
     )
-    return Definitions(assets=[landed_changes, lake_step], jobs=[job, lake_job], sensors=[partition_sensor, lake_sensor])
+    maintenance, maintenance_job, maintenance_schedule = lake_maintenance_definitions(
+        names.slug, stream, AssetKey([names.slug, "mirrors"]), maintenance_cron
+    )
+    return Definitions(
+        assets=[landed_changes, lake_step, maintenance],
+        jobs=[job, lake_job, maintenance_job],
+        sensors=[partition_sensor, lake_sensor],
+        schedules=[maintenance_schedule],
+    )
 
 
 def detect_partitions(

@@ -143,6 +143,8 @@ class LakeResource(ConfigurableResource):
     root: str
     max_lag_seconds: float = 600.0  # the lake is late beyond this (watermark_lag check, freshness policy)
     untyped_values: str = "fail"  # or "quarantine": see cs_platform.lake.quarantine
+    kept_cuts: int = 1000  # cuts kept readable; maintenance drops older ones (cs_platform.lake.maintenance)
+    vacuum_margin_seconds: float = 3600.0  # VACUUM spares files removed this long before the oldest kept cut
 
     def stream_root(self, stream: str) -> str:
         return f"{self.root.rstrip('/')}/{validate_identifier(stream, 'change stream name')}"
@@ -218,6 +220,8 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             root=settings.value(environ, "CS_PLATFORM_LAKE_ROOT"),
             max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
             untyped_values=settings.value(environ, "CS_PLATFORM_UNTYPED_VALUES"),
+            kept_cuts=settings.value(environ, "CS_PLATFORM_LAKE_KEPT_CUTS"),
+            vacuum_margin_seconds=settings.value(environ, "CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS"),
         ),
         "pyspark": SparkResource(
             spark_config=lake_spark_config(

@@ -41,7 +41,8 @@ from cs_platform.landing.source import SourceIdentity, bind
 
 POLICIES = ("fail", "quarantine")
 ROOT_SETTING = "CS_PLATFORM_LAKE_ROOT"
-INCOMPLETE_SAMPLE = 5  # incomplete transactions named in the error
+INCOMPLETE_SAMPLE = 5
+TIME_TRAVEL_GUARD = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"  # incomplete transactions named in the error
 
 
 class IncompleteTransactionsError(RuntimeError):
@@ -123,6 +124,10 @@ class Lake:
         if untyped_policy not in POLICIES:
             raise ValueError(f"untyped value policy {untyped_policy!r} is not one of {', '.join(POLICIES)}")
         self.spark = spark
+        # Which mirror versions stay readable is decided by the kept cuts (``maintenance``), not by
+        # the clock: Delta would otherwise refuse a kept cut once it is older than the retention
+        # the last maintenance pass set, though its files are all there until the next pass.
+        spark.conf.set(TIME_TRAVEL_GUARD, "false")
         # `ALTER TABLE delta.`<path>`` needs an absolute path; a relative local root would fail there.
         self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
         self.location = Location(self.root, ROOT_SETTING)
@@ -241,7 +246,10 @@ class Lake:
         """(table_name, mirror_version) of each mirror at one cut."""
         rows = self.manifest.read(self.spark).where(F.col("cut_timestamp") == F.lit(cut)).select("table_name", "mirror_version").collect()
         if not rows:
-            raise KeyError(f"no cut at {cut} in {self.manifest_path}")
+            raise KeyError(
+                f"no cut at {cut} in {self.manifest_path}: not a cut, or older than the cuts lake maintenance "
+                "keeps (CS_PLATFORM_LAKE_KEPT_CUTS; Lake.cuts() lists the kept ones)"
+            )
         return rows
 
 

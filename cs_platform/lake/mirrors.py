@@ -30,6 +30,9 @@ PRIMARY_KEY_PROPERTY = "cs_platform.primaryKey"
 ORDER = ("commit_timestamp", "server_transaction_id", "record_sequence", "mod_index")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MAP = "MAP<STRING,STRING>"
+# Key types Delta keeps min/max statistics for (clustering needs them), and its limit of columns.
+CLUSTERABLE = {"INT64", "FLOAT64", "FLOAT32", "NUMERIC", "STRING", "DATE", "TIMESTAMP", "UUID"}
+MAX_CLUSTER_COLUMNS = 4
 
 # A key's changes in commit order, folded into its final effect (module docstring) by Spark SQL
 # alone. Values stay wire text: from_json into MAP<STRING,STRING> keeps numbers, booleans and arrays
@@ -105,16 +108,20 @@ def primary_key(spark: SparkSession, mirror: DeltaPath) -> list[str]:
 
 
 def _ensure_columns(spark: SparkSession, mirror: DeltaPath, columns: dict[str, dict]) -> None:
-    """Create the mirror, or add the columns it lacks. Deletion vectors stay off until a maintenance
-    job purges them: a MERGE would mark rows instead of copying files, but every later MERGE would
-    then read each superseded row again, so reads would grow with history."""
+    """Create the mirror, or add the columns it lacks. A new mirror has deletion vectors, so a
+    MERGE marks the rows it replaces instead of copying the rest of their files (the maintenance
+    job purges the marks), and is clustered by its primary key, so OPTIMIZE keeps each key range
+    in few files."""
     wanted = {name: spark_type(c["type"]) for name, c in columns.items()}
     if not mirror.exists():
         schema = ", ".join(f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items())
-        keys = ",".join(name for name, c in columns.items() if c["is_primary_key"])
+        keys = [name for name, c in columns.items() if c["is_primary_key"]]
+        clustered = [k for k in keys if columns[k]["type"]["code"] in CLUSTERABLE][:MAX_CLUSTER_COLUMNS]
+        cluster_by = f"CLUSTER BY ({', '.join(map(quoted, clustered))}) " if clustered else ""
         spark.sql(
-            f"CREATE TABLE IF NOT EXISTS delta.{quoted(mirror.uri)} ({schema}) USING delta "
-            f"TBLPROPERTIES ({sql_string(PRIMARY_KEY_PROPERTY)} = {sql_string(keys)})"
+            f"CREATE TABLE IF NOT EXISTS delta.{quoted(mirror.uri)} ({schema}) USING delta {cluster_by}"
+            f"TBLPROPERTIES ({sql_string(PRIMARY_KEY_PROPERTY)} = {sql_string(','.join(keys))}, "
+            "'delta.enableDeletionVectors' = 'true')"
         )
         return
     present = set(mirror.read(spark).columns)

@@ -1,0 +1,82 @@
+"""Lake maintenance in Dagster: one asset per stream, materialized by its own schedule.
+
+Thin: a pass is ``cs_platform.lake.maintenance.maintain``. Its job carries the lake runs'
+concurrency tag, so with the run queue's limit (README, Concurrency) a pass never runs beside a cut.
+"""
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    DefaultScheduleStatus,
+    MaterializeResult,
+    MetadataValue,
+    ScheduleDefinition,
+    asset,
+    define_asset_job,
+    in_process_executor,
+)
+
+from cs_platform.defs.lake_assets import LAKE_TAG
+from cs_platform.defs.resources import LakeResource
+from cs_platform.lake.maintenance import MaintenanceResult, maintain
+
+
+def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, cron: str) -> tuple:
+    """The maintenance asset of one stream's lake, its job and its schedule."""
+    key = AssetKey([slug, "lake_maintenance"])
+
+    @asset(
+        key=key,
+        deps=[mirrors_key],
+        group_name=f"{slug}_lake",
+        kinds={"spark", "delta"},
+        required_resource_keys={"pyspark", "lake"},
+        description=(
+            f"Keeps the lake of {stream} small: drops cuts beyond CS_PLATFORM_LAKE_KEPT_CUTS from the manifest, "
+            "purges the mirrors' deletion vectors, compacts (and clusters) every table, and VACUUMs files no "
+            "kept cut needs. Every kept cut stays readable with Lake.mirrors_at_cut."
+        ),
+    )
+    def lake_maintenance(context: AssetExecutionContext) -> MaterializeResult:
+        settings: LakeResource = context.resources.lake
+        lake = settings.lake(context.resources.pyspark.spark_session, stream)
+        result = maintain(lake, settings.kept_cuts, settings.vacuum_margin_seconds)
+        context.log.info(
+            f"kept {result.kept_cuts} cuts (dropped {result.cuts_dropped}); files "
+            f"{sum(t.files_before for t in result.tables)} -> {sum(t.files_after for t in result.tables)}"
+        )
+        return MaterializeResult(metadata=maintenance_metadata(result))
+
+    job = define_asset_job(
+        f"{slug}_lake_maintenance",
+        selection=[key],
+        executor_def=in_process_executor,
+        tags={LAKE_TAG: stream},
+        description=f"One maintenance pass over the lake of {stream} (compaction, purge, VACUUM).",
+    )
+    schedule = ScheduleDefinition(
+        name=f"{slug}_lake_maintenance_schedule",
+        job=job,
+        cron_schedule=cron,
+        default_status=DefaultScheduleStatus.RUNNING,
+        description=f"Lake maintenance of {stream} (CS_PLATFORM_LAKE_MAINTENANCE_CRON).",
+    )
+    return lake_maintenance, job, schedule
+
+
+def maintenance_metadata(result: MaintenanceResult) -> dict:
+    rows = "\n".join(
+        f"| {t.name} | {t.files_before} → {t.files_after} | {t.bytes_before:,} → {t.bytes_after:,} | {t.retention_hours} | "
+        f"{'' if t.pinned_version is None else t.pinned_version} |"
+        for t in result.tables
+    )
+    return {
+        "kept_cuts": result.kept_cuts,
+        "oldest_kept_cut": MetadataValue.timestamp(result.oldest_kept_cut) if result.oldest_kept_cut else "none",
+        "cuts_dropped": result.cuts_dropped,
+        "files_before": sum(t.files_before for t in result.tables),
+        "files_after": sum(t.files_after for t in result.tables),
+        "tables": MetadataValue.md(
+            "| table | files | bytes | retention (h) | oldest kept version |\n|---|---|---|---|---|\n" + rows
+        ),
+    }

@@ -1,0 +1,117 @@
+"""Lake maintenance: compaction, purge of deletion vectors and VACUUM, never breaking a kept cut.
+
+Every cut adds small files: one or more per MERGE on the changelog and on each touched mirror, one
+per manifest append, and deletion vectors on the mirrors. A maintenance pass bounds them:
+
+1. the manifest keeps its last ``kept_cuts`` cuts; older cuts are deleted from it, so nobody opens
+   them once their files are gone (``Lake.mirrors_at_cut`` then says the cut is no longer kept);
+2. each mirror's deletion vectors are purged (``REORG ... APPLY (PURGE)``), then every table is
+   compacted (``OPTIMIZE``; clustered tables are clustered by it);
+3. ``VACUUM`` deletes the files no version within the table's retention references (its
+   ``delta.deletedFileRetentionDuration``, set by each pass).
+
+Retention is per table. A kept cut opens each mirror at the version the manifest recorded. A file
+of that version is removed, if ever, by a later commit, and lake writers are serialized (one lake
+run per stream), so its removal is stamped no earlier than the version's own commit. A mirror's
+retention therefore reaches back to the commit of the oldest version any kept cut pins, plus
+``margin_seconds``. The margin also covers tables no cut pins (changelog, manifest, quarantine) and
+files written by a run still in flight, which are not yet in any commit: keep it above the longest
+lake run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from cs_platform.lake.cuts import Lake
+from cs_platform.lake.delta import DeltaPath, quoted, session_conf, sql_string
+from cs_platform.lake.types import sql_timestamp, utc
+
+KEPT_CUTS_SETTING = "CS_PLATFORM_LAKE_KEPT_CUTS"
+MARGIN_SETTING = "CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS"
+_RETENTION = "delta.deletedFileRetentionDuration"
+# VACUUM lists a table's directory with this many tasks; Spark's default (10,000) costs 30 s of
+# scheduling on 2 cores, and a lake table is one directory (no partitions) anyway.
+_LISTING_TASKS = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+
+
+@dataclass(frozen=True)
+class TableMaintenance:
+    """One table before and after a pass."""
+
+    name: str  # changelog, manifest, quarantine or mirrors/<table>
+    files_before: int
+    files_after: int
+    bytes_before: int
+    bytes_after: int
+    retention_hours: float
+    pinned_version: int | None  # the oldest version a kept cut opens (mirrors only)
+
+
+@dataclass(frozen=True)
+class MaintenanceResult:
+    kept_cuts: int
+    oldest_kept_cut: datetime | None
+    cuts_dropped: int
+    tables: tuple[TableMaintenance, ...]
+
+
+def maintain(lake: Lake, kept_cuts: int, margin_seconds: float) -> MaintenanceResult:
+    """One maintenance pass over ``lake`` (module docstring). Run it while no lake run of the
+    stream is in flight (the Dagster job shares the lake runs' concurrency tag)."""
+    if kept_cuts < 1:
+        raise ValueError(f"{KEPT_CUTS_SETTING}={kept_cuts}: keep at least 1 cut (the latest)")
+    if margin_seconds < 0:
+        raise ValueError(f"{MARGIN_SETTING}={margin_seconds}: the VACUUM margin cannot be negative")
+    cuts, dropped, pinned = _expire_cuts(lake, kept_cuts)
+    tables = [(name, table, None) for name, table in (("changelog", lake.changelog.delta), ("quarantine", lake.quarantine.delta))]
+    tables += [(f"mirrors/{name}", lake.mirror(name), version) for name, version in sorted(pinned.items())]
+    tables.append(("manifest", lake.manifest, None))
+    with session_conf(lake.spark, {_LISTING_TASKS: "8"}):
+        done = tuple(_maintain_table(lake.spark, name, table, version, margin_seconds) for name, table, version in tables if table.exists())
+    return MaintenanceResult(len(cuts), cuts[0] if cuts else None, dropped, done)
+
+
+def _expire_cuts(lake: Lake, kept_cuts: int) -> tuple[list[datetime], int, dict[str, int]]:
+    """Delete all but the last ``kept_cuts`` cuts from the manifest; returns the kept cuts (oldest
+    first), how many were dropped, and per mirror the oldest version a kept cut opens."""
+    if not lake.manifest.exists():
+        return [], 0, {}
+    rows = lake.manifest.read(lake.spark).select("cut_timestamp", "table_name", "mirror_version").collect()
+    cuts = sorted({utc(r.cut_timestamp) for r in rows})
+    kept, dropped = cuts[-kept_cuts:], len(cuts) - min(kept_cuts, len(cuts))
+    if dropped:
+        lake.spark.sql(f"DELETE FROM delta.{quoted(lake.manifest.uri)} WHERE {quoted('cut_timestamp')} < {sql_timestamp(kept[0])}")
+    pinned: dict[str, int] = {}
+    for r in rows:
+        if utc(r.cut_timestamp) >= kept[0]:
+            pinned[r.table_name] = min(r.mirror_version, pinned.get(r.table_name, r.mirror_version))
+    return kept, dropped, pinned
+
+
+def _maintain_table(spark: SparkSession, name: str, table: DeltaPath, pinned: int | None, margin_seconds: float) -> TableMaintenance:
+    target = f"delta.{quoted(table.uri)}"
+    files_before, bytes_before = _size(spark, target)
+    if pinned is not None:
+        spark.sql(f"REORG TABLE {target} APPLY (PURGE)")
+    spark.sql(f"OPTIMIZE {target}")
+    retention = margin_seconds
+    if pinned is not None:
+        retention += max((datetime.now(timezone.utc) - table.commit_timestamp(pinned)).total_seconds(), 0)
+    # The table's own retention, exact to the second (VACUUM's RETAIN counts whole hours only), so
+    # VACUUM and the tombstones kept in checkpoints agree on one horizon.
+    spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({sql_string(_RETENTION)} = 'interval {math.ceil(retention) + 1} seconds')")
+    spark.sql(f"VACUUM {target}")
+    files_after, bytes_after = _size(spark, target)
+    return TableMaintenance(name, files_before, files_after, bytes_before, bytes_after, round(retention / 3600, 4), pinned)
+
+
+def _size(spark: SparkSession, target: str) -> tuple[int, int]:
+    """Files and bytes of the table's latest version."""
+    row = spark.sql(f"DESCRIBE DETAIL {target}").select(F.col("numFiles"), F.col("sizeInBytes")).first()
+    return int(row.numFiles), int(row.sizeInBytes)
