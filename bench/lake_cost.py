@@ -7,8 +7,11 @@ table ``Accounts``), then:
   ones per cut): per cut, ingest + apply seconds, Spark jobs, rows read by Spark (input records of
   every stage the cut ran) and mirror rows copied; ``growth_slope_pct_per_cut`` is the fitted slope
   of cut seconds over the last 10 cuts, as a percentage of their median;
-- **scale**: a mirror of ``--mirror-rows`` keys, then a small cut (10 mods) and a large one
-  (``--mods``), each against a plain append of its rows.
+- **scale**: a mirror of ``--mirror-rows`` keys, a maintenance pass, then a small cut (10 mods)
+  and a large one (``--mods``), each against a plain append of its rows.
+
+A maintenance pass (what the schedule runs, keeping 5 cuts) runs before every ``--maintain-every``-th
+growth cut and prints its seconds, jobs and files before -> after.
 
 Prints ``name: value`` lines. Spark is local[2] in this process (job and input-record counts come
 from its status store).
@@ -34,6 +37,7 @@ from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.delta import quoted
+from cs_platform.lake.maintenance import maintain
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.landing.store import LandingStore
 
@@ -157,11 +161,25 @@ class Bench:
         }
 
 
-def growth(bench: Bench, cuts: int, mods: int, new_keys: int) -> None:
+def maintenance(bench: Bench, lake: Lake, name: str) -> None:
+    """One maintenance pass (what the schedule runs), keeping the last 5 cuts."""
+    results = []
+    seconds, jobs, _ = bench.meter.measure(lambda: results.append(maintain(lake, kept_cuts=5, margin_seconds=0)))
+    tables = results[0].tables
+    print(
+        f"{name}: {seconds:.2f} s, {jobs} jobs, files {sum(t.files_before for t in tables)} -> {sum(t.files_after for t in tables)}, "
+        f"{results[0].cuts_dropped} cuts dropped",
+        flush=True,
+    )
+
+
+def growth(bench: Bench, cuts: int, mods: int, new_keys: int, maintain_every: int) -> None:
     landing, lake = Landing(bench.work / "growth_landing"), Lake(bench.spark, str(bench.work / "growth_lake"))
     bench.cut(lake, landing, inserts=mods, updates=0)  # the keys the updates go to
     seconds = []
     for i in range(1, cuts + 1):
+        if maintain_every and i % maintain_every == 0:
+            maintenance(bench, lake, f"growth_maintenance_before_cut_{i:02d}")
         cut = bench.cut(lake, landing, inserts=new_keys, updates=mods - new_keys)
         seconds.append(cut["seconds"])
         print(
@@ -179,6 +197,7 @@ def scale(bench: Bench, mirror_rows: int, mods: int) -> None:
     bench.cut(lake, landing, inserts=mirror_rows, updates=0)
     bench.cut(lake, landing, inserts=0, updates=mirror_rows)
     print(f"scale_setup_s: {time.perf_counter() - began:.1f} ({mirror_rows} mirror rows, {2 * mirror_rows} changelog rows)", flush=True)
+    maintenance(bench, lake, "scale_maintenance")
     bench.cut(lake, landing, inserts=0, updates=10)  # warm
     small = bench.cut(lake, landing, inserts=0, updates=10)
     large = bench.cut(lake, landing, inserts=0, updates=mods)
@@ -198,12 +217,13 @@ def main() -> None:
     parser.add_argument("--mods", type=int, default=10_000)
     parser.add_argument("--new-keys", type=int, default=1_000)
     parser.add_argument("--mirror-rows", type=int, default=1_000_000)
+    parser.add_argument("--maintain-every", type=int, default=8, help="a maintenance pass before every N-th growth cut (0: never)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lake_cost_"))
     spark = delta_spark_session("lake_cost_bench", "local[2]", jvm_log=work / "spark.log")
     try:
         bench = Bench(spark, work)
-        growth(bench, args.cuts, args.mods, args.new_keys)
+        growth(bench, args.cuts, args.mods, args.new_keys, args.maintain_every)
         scale(bench, args.mirror_rows, args.mods)
     finally:
         spark.stop()

@@ -23,7 +23,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.dev.dagster_dev import start_dagster_dev
 from cs_platform.dev.process_group import stop_process_group
-from cs_platform.dev.deadline import Deadline
+from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import embedded_bank
 from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.spark_connect import spark_connect_server
@@ -56,15 +56,6 @@ def render(url: str, profile: Path, screenshot: Path | None = None) -> str:
     if screenshot:
         subprocess.run([*args, f"--screenshot={screenshot}", url], check=True, capture_output=True, timeout=120)
     return subprocess.run([*args, "--dump-dom", url], check=True, capture_output=True, text=True, timeout=120).stdout
-
-
-def wait_until(predicate, timeout_s: float, what: str) -> None:
-    """Wait for ``predicate``; ``timeout_s`` is scaled by the machine's load (``Deadline``)."""
-    deadline = Deadline(timeout_s)
-    while not predicate():
-        if deadline.expired():
-            raise TimeoutError(f"{what} not within {deadline.describe()}")
-        time.sleep(1)
 
 
 def cut_times(instance: DagsterInstance, since: float) -> list[int]:

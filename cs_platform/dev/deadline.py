@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Callable
 
 
 def load_per_core() -> float:
@@ -30,3 +31,13 @@ class Deadline:
 
     def describe(self) -> str:
         return f"{self.seconds:.0f}s budget, {time.monotonic() - self.started:.0f}s of wall time at load {load_per_core():.1f} per core"
+
+
+def wait_until(predicate: Callable[[], object], timeout_s: float, what: str, poll_s: float = 1.0) -> None:
+    """Poll ``predicate`` until it is true; TimeoutError naming ``what`` after ``timeout_s``, scaled
+    by the machine's load (:class:`Deadline`)."""
+    deadline = Deadline(timeout_s)
+    while not predicate():
+        if deadline.expired():
+            raise TimeoutError(f"{what} not within {deadline.describe()}")
+        time.sleep(poll_s)
