@@ -14,7 +14,8 @@ sorts at or below the mark is a replay of a range already ingested (same query s
 run landing late), whose records the stream returns again identically. Ingest therefore reads only
 the files above their directory's mark, and looks up the marks in the log, not in a table that
 grows with every file. A MERGE that inserts nothing commits nothing: its files are read again next
-time, all duplicates, until a MERGE with new rows records them.
+time, all duplicates, until a MERGE with new rows records them. (A changelog from before the marks
+has none: its next ingest reads every landing file once, and inserts only what is new.)
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from cs_platform.landing.rows import IDENTITY
 
 MARKS = "ingested_upto"  # userMetadata key: {landing directory: last file name ingested}
 CLUSTER_COLUMN = "commit_timestamp"  # what every ingest MERGE and every cut filters on
-LEGACY_FILES_SUFFIX = "_files"  # ingested files were listed in a Delta table before the marks
 
 
 def _split(file: str) -> tuple[str, str]:
@@ -55,7 +55,6 @@ class Changelog:
     def __init__(self, spark: SparkSession, table: DeltaPath) -> None:
         self.spark = spark
         self.delta = table
-        self.files = DeltaPath(table.location, f"{table.path}_files")
 
     def exists(self) -> bool:
         return self.delta.exists()
@@ -66,17 +65,7 @@ class Changelog:
     def ingested_marks(self) -> dict[str, str]:
         """Per landing directory, the last file name ingested (from the log: no Spark job)."""
         recorded = self.delta.last_commit_metadata()
-        if recorded is not None:
-            return recorded[MARKS]
-        legacy = DeltaPath(self.delta.location, self.delta.path + LEGACY_FILES_SUFFIX)
-        if not legacy.exists():
-            return {}
-        # A lake from before the marks listed its ingested files in a table: read it this once.
-        marks: dict[str, str] = {}
-        for row in legacy.read(self.spark).collect():
-            directory, name = _split(row.path)
-            marks[directory] = max(name, marks.get(directory, ""))
-        return marks
+        return recorded[MARKS] if recorded is not None else {}
 
     def ingest(self, files: list[str]) -> IngestResult:
         """Add the changes of ``files`` (a stream's landing files) not already present."""
