@@ -107,6 +107,7 @@ def measure(name: str, settings: dict[str, str], connect: bool, window: float, r
         finally:
             watcher.stop.set()
             stop_process_group(dev)
+        storage = sum(f.stat().st_size for f in bank.dagster_home.rglob("*") if f.is_file())
     lags = sorted(watcher.visible_at(c) - c.timestamp() for c in measured)
     run_seconds = [r.end_time - r.start_time for r in lake_runs if r.end_time and r.start_time]
     figures = {"p50": statistics.median(lags), "p95": percentile(lags, 95), "max": lags[-1]}
@@ -114,6 +115,7 @@ def measure(name: str, settings: dict[str, str], connect: bool, window: float, r
     print(f"{name}_cuts_published: {len(watcher.seen)}")
     print(f"{name}_reader_runs: {reader_runs}")
     print(f"{name}_lake_runs: {len(lake_runs)} (median {statistics.median(run_seconds):.1f} s each)")
+    print(f"{name}_dagster_storage_kb_per_run: {storage / 1024 / (reader_runs + len(lake_runs)):.0f} ({storage / 2**20:.1f} MB in all)")
     print(f"{name}_freshness_p50_s: {figures['p50']:.1f}")
     print(f"{name}_freshness_p95_s: {figures['p95']:.1f}")
     print(f"{name}_freshness_max_s: {figures['max']:.1f}", flush=True)
