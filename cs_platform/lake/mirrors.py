@@ -23,10 +23,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
-from cs_platform.lake.delta import DeltaPath, quoted, sql_string
+from cs_platform.lake.delta import DeltaPath, quoted, session_conf, sql_string
 from cs_platform.lake.types import spark_type, typed_value
 
 PRIMARY_KEY_PROPERTY = "cs_platform.primaryKey"
+MATERIALIZE_SOURCE = "spark.databricks.delta.merge.materializeSource"
 ORDER = ("commit_timestamp", "server_transaction_id", "record_sequence", "mod_index")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MAP = "MAP<STRING,STRING>"
@@ -96,9 +97,11 @@ def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, co
     names = ", ".join(quoted(c) for c in columns)
     clauses.append(f"WHEN NOT MATCHED AND s.{op} != 'DELETE' THEN INSERT ({names}) VALUES ({', '.join(f's.{quoted(c)}' for c in columns)})")
     # Computed once, from the cut's cached changes: a MERGE reads its source twice (touched files,
-    # then the rewrite), and would otherwise run the fold twice.
+    # then the rewrite), and would otherwise run the fold twice. Delta would copy the source once
+    # more to make those reads agree; a checkpoint already does, so that copy is skipped.
     effects = final_effects(changes, columns).localCheckpoint()
-    mirror.merge(spark, effects, " ".join(clauses))
+    with session_conf(spark, {MATERIALIZE_SOURCE: "none"}):
+        mirror.merge(spark, effects, " ".join(clauses))
     return mirror.version()
 
 
