@@ -165,9 +165,8 @@ def maintenance(bench: Bench, lake: Lake, name: str) -> None:
     """One maintenance pass (what the schedule runs), keeping the last 5 cuts."""
     results = []
     seconds, jobs, _ = bench.meter.measure(lambda: results.append(maintain(lake, kept_cuts=5, margin_seconds=0)))
-    tables = results[0].tables
     print(
-        f"{name}: {seconds:.2f} s, {jobs} jobs, files {sum(t.files_before for t in tables)} -> {sum(t.files_after for t in tables)}, "
+        f"{name}: {seconds:.2f} s, {jobs} jobs, files {results[0].files_before} -> {results[0].files_after}, "
         f"{results[0].cuts_dropped} cuts dropped",
         flush=True,
     )

@@ -42,8 +42,7 @@ def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, 
         lake = settings.lake(context.resources.pyspark.spark_session, stream)
         result = maintain(lake, settings.kept_cuts, settings.vacuum_margin_seconds)
         context.log.info(
-            f"kept {result.kept_cuts} cuts (dropped {result.cuts_dropped}); files "
-            f"{sum(t.files_before for t in result.tables)} -> {sum(t.files_after for t in result.tables)}"
+            f"kept {result.kept_cuts} cuts (dropped {result.cuts_dropped}); files {result.files_before} -> {result.files_after}"
         )
         return MaterializeResult(metadata=maintenance_metadata(result))
 
@@ -74,8 +73,8 @@ def maintenance_metadata(result: MaintenanceResult) -> dict:
         "kept_cuts": result.kept_cuts,
         "oldest_kept_cut": MetadataValue.timestamp(result.oldest_kept_cut) if result.oldest_kept_cut else "none",
         "cuts_dropped": result.cuts_dropped,
-        "files_before": sum(t.files_before for t in result.tables),
-        "files_after": sum(t.files_after for t in result.tables),
+        "files_before": result.files_before,
+        "files_after": result.files_after,
         "tables": MetadataValue.md(
             "| table | files | bytes | retention (h) | oldest kept version |\n|---|---|---|---|---|\n" + rows
         ),

@@ -84,12 +84,11 @@ def warm(remote: str, directory: str) -> None:
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.config("spark.remote", remote).getOrCreate()
-    table = f"delta.{quoted(directory)}"
     try:
         spark.range(100).selectExpr("id", "CAST(id AS STRING) AS value").write.format("delta").mode("overwrite").save(directory)
         spark.range(50, 150).selectExpr("id", "'new' AS value").createOrReplaceTempView("warm_up_source")
         spark.sql(
-            f"MERGE INTO {table} t USING `warm_up_source` s ON t.`id` = s.`id` WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+            f"MERGE INTO delta.{quoted(directory)} t USING `warm_up_source` s ON t.`id` = s.`id` WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
         )
         spark.read.format("delta").load(directory).groupBy("value").count().collect()
     finally:

@@ -41,8 +41,8 @@ from cs_platform.landing.source import SourceIdentity, bind
 
 POLICIES = ("fail", "quarantine")
 ROOT_SETTING = "CS_PLATFORM_LAKE_ROOT"
-INCOMPLETE_SAMPLE = 5
-TIME_TRAVEL_GUARD = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"  # incomplete transactions named in the error
+INCOMPLETE_SAMPLE = 5  # incomplete transactions named in the error
+TIME_TRAVEL_GUARD = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
 
 
 class IncompleteTransactionsError(RuntimeError):

@@ -60,6 +60,14 @@ class MaintenanceResult:
     cuts_dropped: int
     tables: tuple[TableMaintenance, ...]
 
+    @property
+    def files_before(self) -> int:
+        return sum(t.files_before for t in self.tables)
+
+    @property
+    def files_after(self) -> int:
+        return sum(t.files_after for t in self.tables)
+
 
 def maintain(lake: Lake, kept_cuts: int, margin_seconds: float) -> MaintenanceResult:
     """One maintenance pass over ``lake`` (module docstring). Run it while no lake run of the
@@ -95,23 +103,23 @@ def _expire_cuts(lake: Lake, kept_cuts: int) -> tuple[list[datetime], int, dict[
 
 
 def _maintain_table(spark: SparkSession, name: str, table: DeltaPath, pinned: int | None, margin_seconds: float) -> TableMaintenance:
-    target = f"delta.{quoted(table.uri)}"
-    files_before, bytes_before = _size(spark, target)
+    files_before, bytes_before = _size(spark, table)
     if pinned is not None:
-        spark.sql(f"REORG TABLE {target} APPLY (PURGE)")
-    spark.sql(f"OPTIMIZE {target}")
+        spark.sql(f"REORG TABLE delta.{quoted(table.uri)} APPLY (PURGE)")
+    spark.sql(f"OPTIMIZE delta.{quoted(table.uri)}")
     retention = margin_seconds
     if pinned is not None:
         retention += max((datetime.now(timezone.utc) - table.commit_timestamp(pinned)).total_seconds(), 0)
     # The table's own retention, exact to the second (VACUUM's RETAIN counts whole hours only), so
     # VACUUM and the tombstones kept in checkpoints agree on one horizon.
-    spark.sql(f"ALTER TABLE {target} SET TBLPROPERTIES ({sql_string(_RETENTION)} = 'interval {math.ceil(retention) + 1} seconds')")
-    spark.sql(f"VACUUM {target}")
-    files_after, bytes_after = _size(spark, target)
+    interval = sql_string(f"interval {math.ceil(retention) + 1} seconds")
+    spark.sql(f"ALTER TABLE delta.{quoted(table.uri)} SET TBLPROPERTIES ({sql_string(_RETENTION)} = {interval})")
+    spark.sql(f"VACUUM delta.{quoted(table.uri)}")
+    files_after, bytes_after = _size(spark, table)
     return TableMaintenance(name, files_before, files_after, bytes_before, bytes_after, round(retention / 3600, 4), pinned)
 
 
-def _size(spark: SparkSession, target: str) -> tuple[int, int]:
+def _size(spark: SparkSession, table: DeltaPath) -> tuple[int, int]:
     """Files and bytes of the table's latest version."""
-    row = spark.sql(f"DESCRIBE DETAIL {target}").select(F.col("numFiles"), F.col("sizeInBytes")).first()
+    row = spark.sql(f"DESCRIBE DETAIL delta.{quoted(table.uri)}").select(F.col("numFiles"), F.col("sizeInBytes")).first()
     return int(row.numFiles), int(row.sizeInBytes)
