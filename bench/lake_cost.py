@@ -8,7 +8,10 @@ table ``Accounts``), then:
   every stage the cut ran) and mirror rows copied; ``growth_slope_pct_per_cut`` is the fitted slope
   of cut seconds over the last 10 cuts, as a percentage of their median;
 - **scale**: a mirror of ``--mirror-rows`` keys, a maintenance pass, then a small cut (10 mods)
-  and a large one (``--mods``), each against a plain append of its rows.
+  and a large one (``--mods``), each against a plain append of its rows and against the cut's
+  physical floor: the three Delta commits no cut can avoid, timed on their own for as many rows (a
+  plain append of the landed rows, as the changelog takes them; one bare MERGE of as many keys into a
+  copy of the mirror, same size and layout, its source already computed; a one-row manifest append).
 
 A maintenance pass (what the schedule runs, keeping 5 cuts) runs before every ``--maintain-every``-th
 growth cut and prints its seconds, jobs and files before -> after.
@@ -36,8 +39,9 @@ from py4j.protocol import Py4JJavaError
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.lake.cuts import Lake
-from cs_platform.lake.delta import quoted
+from cs_platform.lake.delta import quoted, session_conf
 from cs_platform.lake.maintenance import maintain
+from cs_platform.lake.mirrors import MATERIALIZE_SOURCE
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.landing.store import LandingStore
 
@@ -161,6 +165,41 @@ class Bench:
         }
 
 
+class Floor:
+    """The Delta commits a cut cannot avoid, without anything of ours around them (module docstring)."""
+
+    def __init__(self, bench: Bench, lake: Lake) -> None:
+        self.bench, self.spark = bench, bench.spark
+        self.mirror, self.manifest = str(bench.work / "floor_mirror"), str(bench.work / "floor_manifest")
+        source = lake.mirror("Accounts")
+        self.keys = source.read(self.spark).count()
+        # The same table as the cut's mirror: its DDL's layout and properties, its rows, compacted.
+        self.spark.sql(
+            f"CREATE TABLE delta.{quoted(self.mirror)} USING delta CLUSTER BY ({quoted('AccountId')}) "
+            "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true') "
+            f"AS SELECT * FROM delta.{quoted(source.uri)}"
+        )
+        self.spark.sql(f"OPTIMIZE delta.{quoted(self.mirror)}")
+
+    def seconds(self, append_s: float, mods: int) -> tuple[float, int]:
+        """(seconds, Spark jobs) of the floor for ``mods`` updates whose landed rows took ``append_s``
+        to append."""
+        rows = [(f"acct-{k:08d}", self.bench.rng.randrange(10**6)) for k in self.bench.rng.sample(range(self.keys), mods)]
+        changed = self.spark.createDataFrame(rows, "AccountId string, Balance long").localCheckpoint()
+        changed.createOrReplaceTempView("floor_source")
+        key, balance = quoted("AccountId"), quoted("Balance")
+        merge = (
+            f"MERGE INTO delta.{quoted(self.mirror)} AS t USING floor_source AS s ON t.{key} = s.{key} "
+            f"WHEN MATCHED THEN UPDATE SET {balance} = s.{balance}"
+        )
+        with session_conf(self.spark, {MATERIALIZE_SOURCE: "none"}):  # as the cut's MERGE runs
+            merged = self.bench.meter.measure(lambda: self.spark.sql(merge).collect())
+        manifest = self.bench.meter.measure(
+            lambda: self.spark.createDataFrame([(mods,)], "mods long").write.format("delta").mode("append").save(self.manifest)
+        )
+        return append_s + merged[0] + manifest[0], merged[1] + manifest[1]
+
+
 def maintenance(bench: Bench, lake: Lake, name: str) -> None:
     """One maintenance pass (what the schedule runs), keeping the last 5 cuts."""
     results = []
@@ -200,13 +239,23 @@ def scale(bench: Bench, mirror_rows: int, mods: int) -> None:
     bench.cut(lake, landing, inserts=0, updates=10)  # warm
     small = bench.cut(lake, landing, inserts=0, updates=10)
     large = bench.cut(lake, landing, inserts=0, updates=mods)
+    floor = Floor(bench, lake)
+    floor.seconds(small["append_s"], 10)  # warm
+    small_floor, small_floor_jobs = floor.seconds(small["append_s"], 10)
+    large_floor, _ = floor.seconds(large["append_s"], mods)
     print(f"small_cut_s: {small['seconds']:.2f}")
     print(f"small_cut_jobs: {small['jobs']}")
     print(f"small_cut_rows_read: {small['rows_read']}")
     print(f"small_cut_over_append: {small['seconds'] / small['append_s']:.2f}")
     print(f"mirror_rows_copied_small_cut: {small['rows_copied']}")
+    print(f"small_cut_floor_s: {small_floor:.2f} ({small_floor_jobs} jobs beside the append)")
+    print(f"small_cut_over_floor: {small['seconds'] / small_floor:.2f}")
+    print(f"small_floor_over_append: {small_floor / small['append_s']:.2f}")
     print(f"large_cut_s: {large['seconds']:.2f}")
     print(f"large_cut_over_append: {large['seconds'] / large['append_s']:.2f}")
+    print(f"large_cut_floor_s: {large_floor:.2f}")
+    print(f"large_cut_over_floor: {large['seconds'] / large_floor:.2f}")
+    print(f"large_floor_over_append: {large_floor / large['append_s']:.2f}")
     print(f"mirror_rows_copied_large_cut: {large['rows_copied']}")
 
 

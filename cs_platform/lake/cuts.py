@@ -43,6 +43,7 @@ POLICIES = ("fail", "quarantine")
 ROOT_SETTING = "CS_PLATFORM_LAKE_ROOT"
 INCOMPLETE_SAMPLE = 5  # incomplete transactions named in the error
 TIME_TRAVEL_GUARD = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
+TIMESTAMP_ENCODING = "spark.sql.parquet.outputTimestampType"
 
 
 class IncompleteTransactionsError(RuntimeError):
@@ -128,6 +129,10 @@ class Lake:
         # the clock: Delta would otherwise refuse a kept cut once it is older than the retention
         # the last maintenance pass set, though its files are all there until the next pass.
         spark.conf.set(TIME_TRAVEL_GUARD, "false")
+        # Parquet keeps min/max statistics of TIMESTAMP_MICROS columns, not of INT96 (Spark's
+        # default): with them a scan of a commit range skips the changelog's row groups outside it,
+        # so a cut reads rows in proportion to its range, not to the file that holds it.
+        spark.conf.set(TIMESTAMP_ENCODING, "TIMESTAMP_MICROS")
         # `ALTER TABLE delta.`<path>`` needs an absolute path; a relative local root would fail there.
         self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
         self.location = Location(self.root, ROOT_SETTING)

@@ -6,7 +6,8 @@ per manifest append, and deletion vectors on the mirrors. A maintenance pass bou
 1. the manifest keeps its last ``kept_cuts`` cuts; older cuts are deleted from it, so nobody opens
    them once their files are gone (``Lake.mirrors_at_cut`` then says the cut is no longer kept);
 2. each mirror's deletion vectors are purged (``REORG ... APPLY (PURGE)``), then every table is
-   compacted (``OPTIMIZE``; clustered tables are clustered by it);
+   compacted (``OPTIMIZE``; clustered tables are clustered by it; the changelog in small row
+   groups, which a cut's commit-range scan skips);
 3. ``VACUUM`` deletes the files no version within the table's retention references (its
    ``delta.deletedFileRetentionDuration``, set by each pass).
 
@@ -38,6 +39,11 @@ _RETENTION = "delta.deletedFileRetentionDuration"
 # VACUUM lists a table's directory with this many tasks; Spark's default (10,000) costs 30 s of
 # scheduling on 2 cores, and a lake table is one directory (no partitions) anyway.
 _LISTING_TASKS = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+# Compacted changelog files are written in row groups of this size: every cut scans the changelog
+# by commit range, and Parquet skips the row groups outside it (their timestamp statistics), so a
+# cut reads about one row group (~50k rows) of a compacted file, not the whole file.
+_ROW_GROUP = "parquet.block.size"
+CHANGELOG_ROW_GROUP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,8 @@ def _maintain_table(spark: SparkSession, name: str, table: DeltaPath, pinned: in
     files_before, bytes_before = _size(spark, table)
     if pinned is not None:
         spark.sql(f"REORG TABLE delta.{quoted(table.uri)} APPLY (PURGE)")
-    spark.sql(f"OPTIMIZE delta.{quoted(table.uri)}")
+    with session_conf(spark, {_ROW_GROUP: str(CHANGELOG_ROW_GROUP_BYTES)} if name == "changelog" else {}):
+        spark.sql(f"OPTIMIZE delta.{quoted(table.uri)}")
     retention = margin_seconds
     if pinned is not None:
         retention += max((datetime.now(timezone.utc) - table.commit_timestamp(pinned)).total_seconds(), 0)
