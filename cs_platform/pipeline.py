@@ -13,10 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
 from cs_platform.lake.changelog import IngestResult
+from cs_platform.changestream.table_snapshot import plan_snapshot
 from cs_platform.lake.cuts import ROOT_SETTING, CutResult, Lake
+from cs_platform.lake.snapshot import SnapshotResult, load_snapshot
 from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
@@ -42,6 +45,7 @@ class LakeAdvance:
     cut: datetime
     ingested: IngestResult
     result: CutResult
+    snapshot: SnapshotResult | None = None  # the lake's start, when this advance took it
 
 
 def ingest_landing(lake: Lake, landing: LandingStore, stream: str, source: SourceIdentity) -> IngestResult:
@@ -51,13 +55,26 @@ def ingest_landing(lake: Lake, landing: LandingStore, stream: str, source: Sourc
     return lake.changelog.ingest(landing.files(stream))
 
 
+def start_from_snapshot(lake: Lake, target: SpannerTarget, stream: str, store: PartitionMetadataStore) -> SnapshotResult:
+    """Cut T0 of every mirror: the watched tables read at the stream's start (``lake.snapshot``)."""
+    database = target.connect()
+    start = store.get(INITIAL_PARTITION_TOKEN).start_timestamp
+    transaction, plan = plan_snapshot(database, watched_tables(database, stream), start)
+    try:
+        return load_snapshot(lake, target, plan)
+    finally:
+        transaction.close()
+
+
 def advance_lake(lake: Lake, landing: LandingStore, store: PartitionMetadataStore, target: SpannerTarget, stream: str) -> LakeAdvance | None:
-    """One consistent cut at the stream's cut; None before the stream has partitions."""
+    """One consistent cut at the stream's cut, after the snapshot at the stream's start if the
+    lake has no cut yet; None before the stream has partitions."""
     cut = stream_cut(store)  # first the watermark, then the files
     if cut is None:
         return None
     ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
-    return LakeAdvance(cut, ingested, lake.apply_cut(cut))
+    snapshot = start_from_snapshot(lake, target, stream, store) if lake.last_published() is None else None
+    return LakeAdvance(cut, ingested, lake.apply_cut(cut), snapshot)
 
 
 @dataclass(frozen=True)

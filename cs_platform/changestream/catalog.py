@@ -6,9 +6,13 @@ unquoted names to lower case.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
+
 from google.cloud.spanner_v1.database import Database
 
-from cs_platform.changestream.errors import UnknownChangeStreamError
+from cs_platform.changestream.errors import UnknownChangeStreamError, UnsupportedColumnTypeError
+from cs_platform.changestream.records import ColumnType
 
 
 def change_streams(database: Database, timeout_s: float = 30.0) -> list[str]:
@@ -26,3 +30,109 @@ def require_change_stream(database: Database, stream: str, timeout_s: float = 30
             f"{', '.join(found) or 'none'}): create it (CREATE CHANGE STREAM {stream} FOR …) or fix "
             "CS_PLATFORM_CHANGE_STREAMS"
         )
+
+
+@dataclass(frozen=True)
+class WatchedTable:
+    """A table a change stream watches, and the columns it watches (keys always), as change records
+    describe them (``column_types``): a snapshot of the table then types its rows as the stream does."""
+
+    name: str
+    columns: tuple[ColumnType, ...]  # keys first, then by position in the table
+
+
+DEFAULT_RETENTION = timedelta(hours=1)  # version_retention_period when none is set
+_RETENTION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_USER_SCHEMAS = {"", "public"}  # the default schema: GoogleSQL, PostgreSQL
+_GENERATED = "ALWAYS"  # is_generated of a generated column: change streams do not carry them
+_POSTGRES_TYPES = {
+    "bigint": {"code": "INT64"},
+    "boolean": {"code": "BOOL"},
+    "bytea": {"code": "BYTES"},
+    "character varying": {"code": "STRING"},
+    "text": {"code": "STRING"},
+    "date": {"code": "DATE"},
+    "double precision": {"code": "FLOAT64"},
+    "real": {"code": "FLOAT32"},
+    "jsonb": {"code": "JSON", "type_annotation": "PG_JSONB"},
+    "numeric": {"code": "NUMERIC", "type_annotation": "PG_NUMERIC"},
+    "timestamp with time zone": {"code": "TIMESTAMP"},
+    "spanner.commit_timestamp": {"code": "TIMESTAMP"},
+}
+
+
+def column_type(spanner_type: str) -> dict:
+    """``INFORMATION_SCHEMA.COLUMNS.SPANNER_TYPE`` (``ARRAY<STRING(MAX)>``, ``bigint[]``, ...) as the
+    type structure change records carry (``{"code": "ARRAY", "array_element_type": {...}}``)."""
+    text = spanner_type.strip()
+    if text.upper().startswith("ARRAY<") and text.endswith(">"):
+        return {"code": "ARRAY", "array_element_type": column_type(text[6:-1])}
+    if text.endswith("[]"):
+        return {"code": "ARRAY", "array_element_type": column_type(text[:-2])}
+    base = text.split("(", 1)[0].split("<", 1)[0].strip()
+    if base in _POSTGRES_TYPES:
+        return dict(_POSTGRES_TYPES[base])
+    if base.isupper():
+        return {"code": base}
+    raise UnsupportedColumnTypeError(f"column type {spanner_type!r} has no mapping in cs_platform yet; report it")
+
+
+def watched_tables(database: Database, stream: str, timeout_s: float = 30.0) -> list[WatchedTable]:
+    """Every table ``stream`` watches and its watched columns (``FOR ALL``: every user table, all its
+    columns; a table without a column list: all its columns; a column list: those and the keys)."""
+    with database.snapshot(multi_use=True) as snap:
+        schema = {name: _rows(snap, name, timeout_s) for name in ("change_streams", "change_stream_tables", "change_stream_columns", "tables", "columns", "index_columns")}
+    streams = {r["change_stream_name"]: r for r in schema["change_streams"]}
+    if stream not in streams:
+        raise UnknownChangeStreamError(
+            f"change stream {stream!r} does not exist in database {database.database_id!r} (it has: "
+            f"{', '.join(sorted(streams)) or 'none'}): create it or fix CS_PLATFORM_CHANGE_STREAMS"
+        )
+    user_tables = sorted(r["table_name"] for r in schema["tables"] if r["table_schema"] in _USER_SCHEMAS and r["table_type"] == "BASE TABLE")
+    if _yes(streams[stream]["all"]):
+        watched = {table: None for table in user_tables}  # None: every column
+    else:
+        watched = {r["table_name"]: None if _yes(r["all_columns"]) else set() for r in schema["change_stream_tables"] if r["change_stream_name"] == stream}
+        for r in schema["change_stream_columns"]:
+            if r["change_stream_name"] == stream and watched.get(r["table_name"]) is not None:
+                watched[r["table_name"]].add(r["column_name"])
+    keys = {
+        (r["table_name"], r["column_name"])
+        for r in schema["index_columns"]
+        if r["table_schema"] in _USER_SCHEMAS and r["index_type"] == "PRIMARY_KEY"
+    }
+    tables = []
+    for table, chosen in sorted(watched.items()):
+        columns = [
+            ColumnType(r["column_name"], column_type(r["spanner_type"]), (table, r["column_name"]) in keys, int(r["ordinal_position"]))
+            for r in schema["columns"]
+            if r["table_schema"] in _USER_SCHEMAS and r["table_name"] == table
+            and ((table, r["column_name"]) in keys or (r.get("is_generated") != _GENERATED and (chosen is None or r["column_name"] in chosen)))
+        ]
+        tables.append(WatchedTable(table, tuple(sorted(columns, key=lambda c: (not c.is_primary_key, c.ordinal_position)))))
+    return tables
+
+
+def _yes(flag) -> bool:
+    """An INFORMATION_SCHEMA flag: BOOL in GoogleSQL, 'YES'/'NO' text in PostgreSQL."""
+    return flag is True or str(flag).upper() in ("YES", "TRUE")
+
+
+def _rows(snap, view: str, timeout_s: float) -> list[dict]:
+    """Every row of ``information_schema.<view>``, keyed by lower-case column name (the view's
+    columns differ a little between dialects, and ``ALL`` is a reserved word in both)."""
+    result = snap.execute_sql(f"SELECT * FROM information_schema.{view}", timeout=timeout_s)
+    rows = list(result)
+    names = [field.name.lower() for field in result.fields]
+    return [dict(zip(names, row)) for row in rows]
+
+
+def version_retention(database: Database, timeout_s: float = 30.0) -> timedelta:
+    """How far back the database serves reads (its ``version_retention_period``; 1 hour unless set)."""
+    with database.snapshot() as snap:
+        options = {r["option_name"].lower(): r["option_value"] for r in _rows(snap, "database_options", timeout_s)}
+    text = str(options.get("version_retention_period") or "1h").strip().lower()
+    try:
+        return timedelta(seconds=float(text[:-1]) * _RETENTION_UNITS[text[-1]])
+    except (KeyError, ValueError):
+        return DEFAULT_RETENTION  # a spelling this code does not know: Spanner's default, the shortest

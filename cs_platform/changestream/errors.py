@@ -70,3 +70,15 @@ class PartitionEndedWithoutChildrenError(TerminalError):
 
 class PartitionNotFoundError(TerminalError):
     """Raised when the metadata table has no row for a partition token."""
+
+
+class SnapshotTooOldError(TerminalError):
+    """Raised when a snapshot's read timestamp is older than the database keeps versions for."""
+
+
+class WatchedTableMissingError(TerminalError):
+    """Raised when a table the change stream watches cannot be read (dropped, or renamed)."""
+
+
+class UnsupportedColumnTypeError(TerminalError):
+    """Raised when a watched column's type has no mapping in cs_platform."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Mapping
@@ -70,6 +71,38 @@ _SCALARS: dict[str, Callable[[Any], Any]] = {
     "TIMESTAMP": parse_timestamp,
     "JSON": _json,
 }
+
+
+def encode(spanner_type: Mapping[str, Any], value: Any) -> Any:
+    """A value as the Spanner client returns it from a read, in the wire encoding (what
+    :func:`decode` takes): a table snapshot then carries every value exactly as a change record
+    would, and the lake types both with the same expressions. The client hands BYTES back
+    base64-encoded and JSON as a ``JsonObject``."""
+    if value is None:
+        return None
+    code = spanner_type.get("code")
+    if code == "ARRAY":
+        element = spanner_type.get("array_element_type") or {}
+        return [encode(element, item) for item in value]
+    if code in ("INT64", "ENUM"):
+        return str(value)
+    if code in ("FLOAT64", "FLOAT32"):
+        if math.isnan(value):
+            return "NaN"
+        return ("Infinity" if value > 0 else "-Infinity") if math.isinf(value) else value
+    if code == "NUMERIC":
+        return format(value, "f")
+    if code in ("BYTES", "PROTO"):
+        return value.decode("ascii") if isinstance(value, bytes) else base64.b64encode(bytes(value)).decode("ascii")
+    if code == "DATE":
+        return value.isoformat()
+    if code == "TIMESTAMP":
+        return format_timestamp(value)
+    if code == "JSON":
+        return value.serialize() if hasattr(value, "serialize") else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    if code in _SCALARS:
+        return value if isinstance(value, bool) else str(value)
+    raise MalformedRecordError(f"column type {dict(spanner_type)!r} is not a Spanner type this reader knows; upgrade cs_platform or report the type")
 
 
 def decode(spanner_type: Mapping[str, Any], value: Any) -> Any:

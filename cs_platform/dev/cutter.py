@@ -9,6 +9,7 @@ import threading
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.lake.cuts import CutResult, Lake
+from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import advance_lake
 
@@ -22,6 +23,7 @@ class Cutter:
         self.lake, self.landing, self.store, self.target, self.stream = lake, landing, store, target, stream
         self.interval_s = interval_s
         self.results: list[CutResult] = []
+        self.snapshot: SnapshotResult | None = None  # the lake's start, once a cut took it
         self._stop = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="cutter", daemon=True)
@@ -30,6 +32,8 @@ class Cutter:
         advance = advance_lake(self.lake, self.landing, self.store, self.target, self.stream)
         if advance is None:
             return None
+        if advance.snapshot is not None:
+            self.snapshot = advance.snapshot
         if advance.result.applied:
             self.results.append(advance.result)
             log.info("cut %s: %d transactions, %d mods", advance.cut.isoformat(), advance.result.transactions, advance.result.mods)

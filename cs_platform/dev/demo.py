@@ -1,7 +1,9 @@
 """`make demo`: the product end to end on the embedded default.
 
 Starts a private emulator (fast partition churn) with the bank database and a change stream, and a
-real Dagster instance in ``.demo/dagster_home``. While a paced writer commits transfers, the real
+real Dagster instance in ``.demo/dagster_home``. The bank opens its accounts and commits a few
+hundred transfers before the stream's start: the first cut is the snapshot of the tables at the
+start, which alone brings those rows. While a paced writer commits transfers, the real
 sensor is evaluated every half second and the runs it requests execute in worker processes: one
 run per partition token, each reading until its soft timeout, landing Parquet under
 ``.demo/landing`` and then persisting the watermark. Meanwhile local Spark applies consistent cuts
@@ -33,17 +35,20 @@ from cs_platform.dev.oracle import committed, landed
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.cuts import Lake
+from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 
 log = logging.getLogger("cs_platform.demo")
+ACCOUNTS = 20
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=30, help="length of the read window")
     parser.add_argument("--writes-per-second", type=float, default=40)
+    parser.add_argument("--before-start", type=int, default=300, help="transfers committed before the stream's start")
     parser.add_argument("--workdir", type=Path, default=Path(".demo"))
     parser.add_argument("--verbose", action="store_true", help="show library logs too (migrations, Spark, runs)")
     args = parser.parse_args()
@@ -55,6 +60,9 @@ def main() -> None:
         logging.disable(logging.INFO)  # Dagster's sensor logger sets its own level on every tick
 
     with embedded_bank(args.workdir) as bank:
+        workload = BankWorkload(bank.bank)
+        print(f"the bank opens {ACCOUNTS} accounts and commits {args.before_start} transfers before the stream starts")
+        workload.run(accounts=ACCOUNTS, transfers=args.before_start, progress_every=0)
         start = utc_now()
         end = start + timedelta(seconds=args.seconds)
         os.environ.update(
@@ -65,9 +73,8 @@ def main() -> None:
         )
         resources = configured_resources(os.environ)  # what the Dagster definitions use, read now
         store = resources[change_stream_resource_key(STREAM)].metadata_store()
-        workload = BankWorkload(bank.bank)
         writer = threading.Thread(
-            target=workload.run_until, args=(end - timedelta(seconds=3), args.writes_per_second), daemon=True
+            target=workload.run_until, args=(end - timedelta(seconds=3), args.writes_per_second), kwargs={"accounts": 0}, daemon=True
         )
         print(f"reading {STREAM} from {start:%H:%M:%S} to {end:%H:%M:%S} while the writer commits transfers")
         writer.start()
@@ -83,7 +90,8 @@ def main() -> None:
         writer.join()
         print("every partition FINISHED: applying the final cut")
         cutter.stop()
-        report(store, loop, workload, landing, end)
+        report(store, loop, workload, landing, start, end)
+        report_snapshot(cutter.snapshot)
         report_cuts(lake)
 
 
@@ -109,12 +117,12 @@ class Progress:
         return bool(partitions) and all(p.state.value == "FINISHED" for p in partitions)
 
 
-def report(store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorkload, landing: LandingStore, end) -> None:
+def report(store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorkload, landing: LandingStore, start, end) -> None:
     result = landed(landing, STREAM)
-    expected = committed(workload, end)
+    expected = committed(workload, end, start)
     crossed = lineage(store.all())
     print(
-        f"\n{sum(1 for t in workload.committed if t.commit_timestamp <= end)} transactions committed in the window; "
+        f"\n{sum(1 for t in workload.committed if start <= t.commit_timestamp <= end)} transactions committed in the window; "
         f"{sum(result.mods.values())} mods landed in {result.files} files ({result.duplicates} duplicates); "
         f"{crossed.partitions} partitions ({crossed.splits} splits, {crossed.merges} merges); "
         f"{loop.stats.launched} runs launched by {loop.stats.ticks} sensor ticks, {loop.stats.failed} failed"
@@ -122,6 +130,13 @@ def report(store: PartitionMetadataStore, loop: SensorLoop, workload: BankWorklo
     if result.mods != expected:
         raise SystemExit(f"MISMATCH: missing {expected - result.mods}, unexpected {result.mods - expected}")
     print("every committed mod landed: landing == source")
+
+
+def report_snapshot(snapshot: SnapshotResult | None) -> None:
+    if snapshot is None:
+        raise SystemExit("MISSING: no cut took the snapshot at the stream's start")
+    tables = ", ".join(f"{table} {rows} rows" for table, rows in snapshot.rows.items())
+    print(f"\nsnapshot at the start {snapshot.cut:%H:%M:%S.%f}Z: {tables}; {snapshot.partitions} partitions read by Spark tasks in {snapshot.seconds:.1f} s")
 
 
 def report_cuts(lake: Lake) -> None:

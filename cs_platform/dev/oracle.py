@@ -35,8 +35,12 @@ def landed(store: LandingStore, stream: str) -> Landed:
     return Landed(Counter(unique.values()), len(rows) - len(unique), len(store.files(stream)), dict(records_per_txn), expected)
 
 
-def committed(workload: BankWorkload, end: datetime) -> Counter:
-    """Every mod the workload committed up to the stream's end timestamp (later ones are not read)."""
+def committed(workload: BankWorkload, end: datetime, start: datetime | None = None) -> Counter:
+    """Every mod the workload committed from the stream's start to its end timestamp (the stream
+    reads no other; earlier commits reach the lake through the snapshot)."""
     return Counter(
-        (m.table, m.keys, m.mod_type, t.commit_timestamp) for t in workload.committed if t.commit_timestamp <= end for m in t.mods
+        (m.table, m.keys, m.mod_type, t.commit_timestamp)
+        for t in workload.committed
+        if t.commit_timestamp <= end and (start is None or t.commit_timestamp >= start)
+        for m in t.mods
     )

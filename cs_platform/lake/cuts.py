@@ -228,6 +228,13 @@ class Lake:
         self._publish(PublishedCut(cut, versions), previous, transactions, mods)
         return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad))
 
+    def publish_start(self, cut: datetime, versions: dict[str, int]) -> None:
+        """Publish the first cut of a lake whose mirrors a snapshot wrote as of ``cut``; later cuts
+        apply commits after it."""
+        if self.last_published() is not None:
+            raise ValueError(f"the manifest at {self.manifest_path} has cuts already: a lake starts once")
+        self._publish(PublishedCut(_plain(cut), dict(sorted(versions.items()))), None, 0, 0)
+
     def _publish(self, cut: PublishedCut, previous: datetime | None, transactions: int, mods: int) -> None:
         """One manifest append: a row per mirror, and the cut in the commit's metadata."""
         rows = [(cut.cut, previous, table, v, transactions, mods) for table, v in cut.versions.items()]

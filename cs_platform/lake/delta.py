@@ -87,8 +87,14 @@ class DeltaPath:
 
     def commit_timestamp(self, version: int) -> datetime:
         """When ``version`` was committed, by its writer's clock."""
-        info = next(action["commitInfo"] for action in self._commit(version) if "commitInfo" in action)
-        return datetime.fromtimestamp(info["timestamp"] / 1000, timezone.utc)
+        return datetime.fromtimestamp(self._commit_info(version)["timestamp"] / 1000, timezone.utc)
+
+    def _commit_info(self, version: int) -> dict[str, Any]:
+        return next(action["commitInfo"] for action in self._commit(version) if "commitInfo" in action)
+
+    def commit_metrics(self, version: int) -> dict[str, str]:
+        """The ``operationMetrics`` ``version``'s commit recorded (numOutputRows, ...)."""
+        return self._commit_info(version).get("operationMetrics", {})
 
     def last_commit_metadata(self) -> dict[str, Any] | None:
         """What the latest commit that recorded ``userMetadata`` (a JSON object) recorded; commits

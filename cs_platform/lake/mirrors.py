@@ -74,9 +74,30 @@ def final_effects(changes: DataFrame, columns: dict[str, dict]) -> DataFrame:
     effects = changes.groupBy("keys").agg(F.expr(_FOLD).alias("effect"))
     return effects.select(
         F.col("effect.op").alias("__op"),
-        *[F.expr(typed_value(f"effect.values[{sql_string(name)}]", c["type"])).alias(name) for name, c in columns.items()],
+        *_typed("effect.values", columns),
         *[F.expr(f"map_contains_key(effect.values, {sql_string(name)})").alias(f"{name}__set") for name in columns],
     )
+
+
+def snapshot_rows(rows: DataFrame, columns: dict[str, dict]) -> DataFrame:
+    """Snapshot rows (``keys`` and ``new_values``, JSON objects of wire values, as a mod carries
+    them) as mirror rows: typed by the very expressions that type the changes' final effects."""
+    values = f"map_concat(from_json(new_values, '{_MAP}'), from_json(keys, '{_MAP}'))"
+    return rows.select(F.expr(values).alias("row_values")).select(*_typed("row_values", columns))
+
+
+def _typed(values: str, columns: dict[str, dict]) -> list:
+    """Each column's wire value in the map ``values``, cast to its mirror type."""
+    return [F.expr(typed_value(f"{values}[{sql_string(name)}]", c["type"])).alias(name) for name, c in columns.items()]
+
+
+def replace_mirror(spark: SparkSession, mirror: DeltaPath, rows: DataFrame, columns: dict[str, dict]) -> tuple[int, int]:
+    """Make ``rows`` (typed, see :func:`snapshot_rows`) the whole of ``mirror`` in one commit;
+    returns the mirror's new version and its rows."""
+    _ensure_columns(spark, mirror, columns)
+    rows.write.format("delta").mode("overwrite").save(mirror.uri)
+    version = mirror.version()
+    return version, int(mirror.commit_metrics(version).get("numOutputRows", 0))
 
 
 def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, columns: dict[str, dict]) -> int:

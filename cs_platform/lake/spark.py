@@ -43,6 +43,9 @@ def delta_spark_config(master: str = "local[*]", app_name: str = "cs_platform", 
     if master.startswith("local"):
         # Local sessions bind to loopback only (the machine's other addresses are not ours to use).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        # Python tasks (the snapshot's reads) run in this interpreter's environment, which has the
+        # Spanner client; Spark would otherwise start whatever "python3" is on the PATH.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return {"spark.master": master, "spark.app.name": app_name, "spark.jars.packages": packages, **DELTA_CONF, **(extra or {})}
 
 

@@ -39,7 +39,7 @@ LANDING_SCHEMA = pa.schema(
 IDENTITY = ("server_transaction_id", "record_sequence", "mod_index")  # one change; the changelog merges on it
 
 
-def _column_types_json(column_types: tuple[ColumnType, ...]) -> str:
+def column_types_json(column_types: tuple[ColumnType, ...]) -> str:
     return json.dumps(
         [
             {"name": c.name, "type": c.type, "is_primary_key": c.is_primary_key, "ordinal_position": c.ordinal_position}
@@ -53,7 +53,7 @@ def batch_to_table(batch: PartitionBatch) -> pa.Table:
     columns: dict[str, list] = {name: [] for name in LANDING_SCHEMA.names}
     dumps = json.JSONEncoder(separators=(",", ":")).encode
     for record in batch.records:
-        types = _column_types_json(record.column_types)
+        types = column_types_json(record.column_types)
         for index, mod in enumerate(record.mods):
             columns["commit_timestamp"].append(record.commit_timestamp)
             columns["server_transaction_id"].append(record.server_transaction_id)

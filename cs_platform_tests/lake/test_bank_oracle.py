@@ -1,6 +1,8 @@
-"""The bank oracle on the emulator (DESIGN invariant 4): transfers run while partitions split and
-merge, the sensor's runs land them, and cuts are applied at the low watermark while it all moves.
-At every cut in the manifest the mirrors are a consistent snapshot of the source:
+"""The bank oracle on the emulator (DESIGN invariants 4 and 8): the bank holds accounts and
+transfers before the stream's start T0, then transfers run while partitions split and merge, the
+sensor's runs land them, and cuts are applied at the low watermark while it all moves. The first cut
+is T0, the snapshot. At every cut in the manifest, T0 included, the mirrors are a consistent
+snapshot of the source:
 
 - the Accounts mirror sums to 1000 x accounts (no transfer is half visible);
 - each balance equals 1000 + incoming - outgoing by the Transfers mirror at the same cut (the two
@@ -24,6 +26,7 @@ from cs_platform.dev.oracle import committed, landed
 from cs_platform_tests.defs.processes import SENSOR
 
 WINDOW_SECONDS = 60
+BEFORE_START = 200  # transfers committed before the stream's start: only the snapshot brings them
 
 
 def source_at(database, cut):
@@ -35,11 +38,12 @@ def source_at(database, cut):
 
 
 def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_instance, spark, tmp_path):
+    workload = BankWorkload(bank_stream.bank)
+    workload.run(accounts=10, transfers=BEFORE_START)
     start = utc_now()
     end = start + timedelta(seconds=WINDOW_SECONDS)
     bank_stream.configure(start, end)
-    workload = BankWorkload(bank_stream.bank)
-    writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=5), 40), kwargs={"accounts": 10}, daemon=True)
+    writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=5), 40), kwargs={"accounts": 0}, daemon=True)
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"))
     cutter = Cutter(lake, LandingStore(str(bank_stream.landing_root)), bank_stream.store, bank_stream.target, "BankStream", interval_s=1)
     writer.start()
@@ -51,12 +55,13 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
 
     # The lake can only be as complete as what landed: check landing against the writer's log first,
     # so a loss before landing is reported as such, not as an inconsistent cut.
-    lost = committed(workload, end) - landed(LandingStore(str(bank_stream.landing_root)), "BankStream").mods
+    lost = committed(workload, end, start) - landed(LandingStore(str(bank_stream.landing_root)), "BankStream").mods
     assert not lost, f"{len(lost)} committed mods never landed: {sorted(lost)[:4]}"
     cuts = lake.cuts()
     crossed = lineage(bank_stream.store.all())
     print(f"{len(workload.committed)} transactions, {len(cuts)} cuts, {crossed}")
     assert len(cuts) >= 2 and crossed.splits >= 1 and crossed.merges >= 1
+    assert cuts[0] == start, f"the first cut is {cuts[0]}, not the snapshot at the stream's start {start}"
     for cut in cuts:
         mirrors = lake.mirrors_at_cut(cut)
         accounts = {r.AccountId: r.Balance for r in mirrors["Accounts"].collect()} if "Accounts" in mirrors else {}
@@ -71,4 +76,4 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
         assert all(balance == INITIAL_BALANCE + flow[a] for a, balance in accounts.items()), f"cut {cut}: tables disagree"
         assert (accounts, transfers) == source_at(bank_stream.bank, cut), f"cut {cut}: mirror != source"
     final_accounts, final_transfers = source_at(bank_stream.bank, end)
-    assert len(final_transfers) > 500 and len(final_accounts) == 10
+    assert len(final_transfers) > 500 + BEFORE_START and len(final_accounts) == 10
