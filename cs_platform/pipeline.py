@@ -17,7 +17,7 @@ from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
 from cs_platform.lake.changelog import IngestResult
-from cs_platform.changestream.table_snapshot import plan_snapshot
+from cs_platform.changestream.table_snapshot import check_retention, plan_snapshot
 from cs_platform.lake.cuts import ROOT_SETTING, CutResult, Lake
 from cs_platform.lake.snapshot import SnapshotResult, load_snapshot
 from cs_platform.landing.location import Location
@@ -59,7 +59,8 @@ def start_from_snapshot(lake: Lake, target: SpannerTarget, stream: str, store: P
     """Cut T0 of every mirror: the watched tables read at the stream's start (``lake.snapshot``)."""
     database = target.connect()
     start = store.get(INITIAL_PARTITION_TOKEN).start_timestamp
-    transaction, plan = plan_snapshot(database, watched_tables(database, stream), start)
+    check_retention(database, start, f"the snapshot of stream {stream} at its start")
+    transaction, plan = plan_snapshot(database, watched_tables(database, stream, start), start)
     try:
         return load_snapshot(lake, target, plan)
     finally:

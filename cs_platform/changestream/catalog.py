@@ -7,7 +7,7 @@ unquoted names to lower case.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from google.cloud.spanner_v1.database import Database
 
@@ -77,10 +77,12 @@ def column_type(spanner_type: str) -> dict:
     raise UnsupportedColumnTypeError(f"column type {spanner_type!r} has no mapping in cs_platform yet; report it")
 
 
-def watched_tables(database: Database, stream: str, timeout_s: float = 30.0) -> list[WatchedTable]:
+def watched_tables(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> list[WatchedTable]:
     """Every table ``stream`` watches and its watched columns (``FOR ALL``: every user table, all its
-    columns; a table without a column list: all its columns; a column list: those and the keys)."""
-    with database.snapshot(multi_use=True) as snap:
+    columns; a table without a column list: all its columns; a column list: those and the keys), as
+    the schema stood at ``read_timestamp`` (now if None): a snapshot at T0 reads the tables of T0,
+    even one dropped since."""
+    with database.snapshot(multi_use=True, **({"read_timestamp": read_timestamp} if read_timestamp else {})) as snap:
         schema = {name: _rows(snap, name, timeout_s) for name in ("change_streams", "change_stream_tables", "change_stream_columns", "tables", "columns", "index_columns")}
     streams = {r["change_stream_name"]: r for r in schema["change_streams"]}
     if stream not in streams:

@@ -68,9 +68,9 @@ def check_retention(database: Database, read_timestamp: datetime, what: str) -> 
 
 
 def plan_snapshot(database: Database, tables: list[WatchedTable], read_timestamp: datetime) -> tuple[BatchSnapshot, SnapshotPlan]:
-    """Open the read-only transaction at ``read_timestamp`` and split every table's read; close the
-    returned ``BatchSnapshot`` once every partition has been read."""
-    check_retention(database, read_timestamp, "the snapshot")
+    """Open the read-only transaction at ``read_timestamp`` (within the retention:
+    :func:`check_retention`) and split every table's read; close the returned ``BatchSnapshot``
+    once every partition has been read."""
     snapshot = database.batch_snapshot(read_timestamp=read_timestamp)
     dialect = database_dialect(database)
     partitions = []

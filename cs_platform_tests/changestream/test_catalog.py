@@ -1,0 +1,53 @@
+"""What a change stream watches, from INFORMATION_SCHEMA on the emulator: the tables and columns a
+snapshot reads, typed as change records type them."""
+
+import pytest
+
+from cs_platform.changestream.catalog import column_type, watched_tables
+from cs_platform.changestream.errors import UnknownChangeStreamError
+
+STRING, INT64 = {"code": "STRING"}, {"code": "INT64"}
+
+
+def described(tables) -> dict:
+    return {t.name: [(c.name, c.type, c.is_primary_key) for c in t.columns] for t in tables}
+
+
+def test_watched_tables_and_columns_follow_the_stream_definition(make_database):
+    db = make_database([
+        "CREATE TABLE `Order` (Id INT64 NOT NULL, `Select` STRING(MAX), Note STRING(40), Twice INT64 AS (Id * 2) STORED) PRIMARY KEY (Id)",
+        "CREATE TABLE Other (K STRING(36) NOT NULL, N NUMERIC, A ARRAY<STRING(MAX)>, Seen TIMESTAMP) PRIMARY KEY (K)",
+        "CREATE CHANGE STREAM Everything FOR ALL",
+        "CREATE CHANGE STREAM Chosen FOR `Order`(`Select`)",
+        "CREATE CHANGE STREAM Whole FOR Other",
+    ])
+    # A column list: those columns and the keys. Generated columns are never watched.
+    assert described(watched_tables(db, "Chosen")) == {"Order": [("Id", INT64, True), ("Select", STRING, False)]}
+    assert described(watched_tables(db, "Whole")) == {
+        "Other": [
+            ("K", STRING, True),
+            ("N", {"code": "NUMERIC"}, False),
+            ("A", {"code": "ARRAY", "array_element_type": STRING}, False),
+            ("Seen", {"code": "TIMESTAMP"}, False),
+        ]
+    }
+    everything = described(watched_tables(db, "Everything"))
+    assert set(everything) == {"Order", "Other"}
+    assert [name for name, _, _ in everything["Order"]] == ["Id", "Select", "Note"]
+    with pytest.raises(UnknownChangeStreamError, match="'Nope' does not exist .*Chosen, Everything, Whole"):
+        watched_tables(db, "Nope")
+
+
+@pytest.mark.parametrize(
+    "spanner_type, expected",
+    [
+        ("ARRAY<STRING(MAX)>", {"code": "ARRAY", "array_element_type": STRING}),
+        ("BYTES(16)", {"code": "BYTES"}),
+        ("character varying(100)", STRING),
+        ("numeric", {"code": "NUMERIC", "type_annotation": "PG_NUMERIC"}),
+        ("jsonb[]", {"code": "ARRAY", "array_element_type": {"code": "JSON", "type_annotation": "PG_JSONB"}}),
+        ("timestamp with time zone", {"code": "TIMESTAMP"}),
+    ],
+)
+def test_information_schema_types_read_as_change_records_type_them(spanner_type, expected):
+    assert column_type(spanner_type) == expected

@@ -1,0 +1,104 @@
+"""The snapshot at the stream's start (DESIGN invariant 8): a value reads the same whichever way it
+reached the mirror, and a snapshot killed half-way is taken again, whole, with no cut before it."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from datetime import timedelta
+
+from cs_platform.changestream.catalog import watched_tables
+from cs_platform.changestream.connection import SpannerTarget
+from cs_platform.changestream.errors import SnapshotTooOldError
+from cs_platform.changestream.metadata import PartitionMetadataStore, partition_key, utc_now
+from cs_platform.changestream.query import ChangeStreamQuery
+from cs_platform.changestream.reader import PartitionReader
+from cs_platform.changestream.runner import LocalRunner
+from cs_platform.changestream.table_snapshot import plan_snapshot
+from cs_platform.dev.deadline import Deadline
+from cs_platform.dev.workload import BankWorkload
+from cs_platform.lake.cuts import Lake
+from cs_platform.lake.snapshot import load_snapshot
+from cs_platform.landing.store import LandingStore
+from cs_platform.pipeline import start_from_snapshot
+from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
+from cs_platform_tests.conftest import INSTANCE, PROJECT
+
+
+def test_a_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_database, spark, tmp_path, emulator):
+    """Row 1 exists before T0 (the snapshot brings it), row ROW["Id"] is inserted after T0 with the
+    same values (the stream brings it): every column of the two mirror rows is identical."""
+    db = make_database([DDL, "CREATE CHANGE STREAM ItemsStream FOR Items"])
+    meta = make_database([])
+    with db.batch() as batch:
+        batch.insert("Items", COLUMNS, [to_client({**ROW, "Id": 1})])
+    start = utc_now()
+    with db.batch() as batch:
+        batch.insert("Items", COLUMNS, [to_client(ROW)])
+    end = utc_now() + timedelta(seconds=1)
+    time.sleep(1.2)
+    landing = LandingStore(str(tmp_path / "landing"))
+    reader = PartitionReader(db, ChangeStreamQuery("ItemsStream", heartbeat_millis=500), PartitionMetadataStore(meta, "ItemsMetadata"))
+    LocalRunner(reader, lambda b: landing.write("ItemsStream", partition_key(b.partition_token, b.query_start), b), timedelta(seconds=5)).run(start, end, 500)
+
+    lake = Lake(spark, str(tmp_path / "lake"))
+    transaction, plan = plan_snapshot(db, watched_tables(db, "ItemsStream", start), start)
+    try:
+        loaded = load_snapshot(lake, SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host), plan)
+    finally:
+        transaction.close()
+    assert loaded.rows == {"Items": 1} and lake.cuts() == [start]
+    lake.changelog.ingest(landing.files("ItemsStream"))
+    assert lake.apply_cut(end).mods == 1  # the insert after T0 only
+
+    rows = {r.Id: r.asDict() for r in lake.mirrors_at_cut()["Items"].collect()}
+    from_snapshot, from_stream = rows.pop(1), rows.pop(ROW["Id"])
+    assert not rows
+    differing = {c: (from_snapshot[c], from_stream[c]) for c in COLUMNS if c != "Id" and from_snapshot[c] != from_stream[c]}
+    assert not differing, f"(snapshot, stream) values differ: {differing}"
+
+
+def test_a_killed_snapshot_is_taken_again_whole_and_no_cut_comes_before_it(bank_stream, spark, tmp_path, emulator):
+    workload = BankWorkload(bank_stream.bank)
+    workload.run(accounts=5, transfers=40, progress_every=0)
+    start = utc_now()
+    bank_stream.store.initialize(start, None, 500)
+    root = str(tmp_path / "lake")
+    marker = tmp_path / "marker"
+    command = [
+        sys.executable, "-m", "cs_platform_tests.lake.killed_snapshot", emulator.host, PROJECT, INSTANCE,
+        bank_stream.bank.database_id, bank_stream.metadata.database_id, "BankStream", root, str(marker),
+    ]
+    process = subprocess.Popen(command, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = Deadline(180)
+    while not marker.exists():
+        assert process.poll() is None, "killed_snapshot ended before its first mirror"
+        assert not deadline.expired(), f"killed_snapshot stalled before its first mirror ({deadline.describe()})"
+        time.sleep(0.2)
+    os.killpg(process.pid, signal.SIGKILL)  # the Python driver, its Spark JVM and Python workers
+    assert process.wait(timeout=30) == -signal.SIGKILL
+    lake = Lake(spark, root)
+    assert lake.last_published() is None, "a cut was published before the snapshot committed"
+
+    result = start_from_snapshot(lake, bank_stream.target, "BankStream", bank_stream.store)
+
+    assert lake.cuts() == [start]
+    with bank_stream.bank.snapshot(read_timestamp=start, multi_use=True) as source:
+        for table, key in (("Accounts", "AccountId"), ("Transfers", "TransferId"), ("AuditEvents", "EventId")):
+            mirror = lake.mirrors_at_cut(start)[table]
+            expected = list(source.execute_sql(f"SELECT COUNT(*) FROM {table}"))[0][0]
+            assert result.rows[table] == mirror.count() == mirror.select(key).distinct().count() == expected, table
+    balances = [r.Balance for r in lake.mirrors_at_cut(start)["Accounts"].collect()]
+    assert sum(balances) == 1000 * len(balances) == 5000
+
+
+def test_a_start_older_than_the_version_retention_is_refused_with_nothing_written(bank_stream, spark, tmp_path):
+    start = utc_now() - timedelta(hours=2)
+    bank_stream.store.initialize(start, None, 500)
+    lake = Lake(spark, str(tmp_path / "lake"))
+    with pytest.raises(SnapshotTooOldError, match=r"keeps versions for only 3600 s \(version_retention_period\).*ALTER DATABASE"):
+        start_from_snapshot(lake, bank_stream.target, "BankStream", bank_stream.store)
+    assert not (tmp_path / "lake").exists()
