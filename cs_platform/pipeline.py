@@ -11,10 +11,12 @@ belong to the stream's source (invariant 7).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 from datetime import datetime
 
 from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.connection import SpannerTarget
+from cs_platform.changestream.errors import TerminalError
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
 from cs_platform.lake.changelog import IngestResult
 from cs_platform.changestream.table_snapshot import check_retention, plan_snapshot
@@ -23,6 +25,14 @@ from cs_platform.lake.snapshot import SnapshotResult, load_snapshot
 from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
+
+
+class NoCutError(TerminalError):
+    """A rebuild was asked of a lake that has no cut yet."""
+
+
+class UnknownTableError(TerminalError):
+    """A rebuild was asked of a table the change stream does not watch."""
 
 
 def stream_cut(store: PartitionMetadataStore) -> datetime | None:
@@ -57,10 +67,30 @@ def ingest_landing(lake: Lake, landing: LandingStore, stream: str, source: Sourc
 
 def start_from_snapshot(lake: Lake, target: SpannerTarget, stream: str, store: PartitionMetadataStore) -> SnapshotResult:
     """Cut T0 of every mirror: the watched tables read at the stream's start (``lake.snapshot``)."""
-    database = target.connect()
     start = store.get(INITIAL_PARTITION_TOKEN).start_timestamp
-    check_retention(database, start, f"the snapshot of stream {stream} at its start")
-    transaction, plan = plan_snapshot(database, watched_tables(database, stream, start), start)
+    return _snapshot(lake, target, stream, start, f"the snapshot of stream {stream} at its start")
+
+
+def rebuild_mirrors(lake: Lake, target: SpannerTarget, stream: str, tables: Sequence[str]) -> SnapshotResult:
+    """Replace the mirrors of ``tables`` by their rows at the lake's latest cut (``lake.snapshot``)."""
+    published = lake.last_published()
+    if published is None:
+        raise NoCutError(f"the lake of {stream} has no cut yet: its first lake run takes the snapshot of every table")
+    return _snapshot(lake, target, stream, published.cut, f"the rebuild of {', '.join(tables)} at the latest cut", tables)
+
+
+def _snapshot(lake: Lake, target: SpannerTarget, stream: str, at: datetime, what: str, tables: Sequence[str] | None = None) -> SnapshotResult:
+    database = target.connect()
+    check_retention(database, at, what)
+    watched = {t.name: t for t in watched_tables(database, stream, at)}
+    unknown = sorted(set(tables or ()) - set(watched))
+    if unknown:
+        raise UnknownTableError(
+            f"{', '.join(unknown)}: not watched by change stream {stream} at {at.isoformat()} (it watches "
+            f"{', '.join(sorted(watched)) or 'nothing'}): add the table to the stream (ALTER CHANGE STREAM … SET FOR …) "
+            "and rebuild once a cut is past that change"
+        )
+    transaction, plan = plan_snapshot(database, [watched[t] for t in (tables or sorted(watched))], at)
     try:
         return load_snapshot(lake, target, plan)
     finally:

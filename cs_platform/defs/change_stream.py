@@ -26,6 +26,7 @@ from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, Partition
 from cs_platform.defs.lake_assets import lake_definitions
 from cs_platform.defs.lake_maintenance import lake_maintenance_definitions
 from cs_platform.defs.launches import LaunchPlanner, SensorCursor
+from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions, rebuild_key
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource, change_stream_resource_key, stream_slug
 from cs_platform.defs.runs import live_runs_by_partition, run_age_seconds
@@ -115,15 +116,17 @@ def change_stream_definitions(
         change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
         return detect_partitions(context, names, partitions, change_stream, context.resources.landing)
 
+    tables = DynamicPartitionsDefinition(name=f"{names.slug}_tables")
     lake_step, lake_job, lake_sensor = lake_definitions(
-        names.slug, stream, names.asset_key, names.resource_key, max_lag_seconds, lake_interval_seconds
+        names.slug, stream, names.asset_key, rebuild_key(names.slug), tables, names.resource_key, max_lag_seconds, lake_interval_seconds
     )
+    rebuild, rebuild_job = mirror_rebuild_definitions(names.slug, stream, tables, names.resource_key)
     maintenance, maintenance_job, maintenance_schedule = lake_maintenance_definitions(
         names.slug, stream, AssetKey([names.slug, "mirrors"]), maintenance_cron
     )
     return Definitions(
-        assets=[landed_changes, lake_step, maintenance],
-        jobs=[job, lake_job, maintenance_job],
+        assets=[landed_changes, lake_step, maintenance, rebuild],
+        jobs=[job, lake_job, maintenance_job, rebuild_job],
         sensors=[partition_sensor, lake_sensor],
         schedules=[maintenance_schedule],
     )

@@ -19,6 +19,7 @@ from dagster import (
     AssetSpec,
     DagsterRunStatus,
     DefaultSensorStatus,
+    DynamicPartitionsDefinition,
     Failure,
     FreshnessPolicy,
     MaterializeResult,
@@ -34,6 +35,7 @@ from dagster import (
     sensor,
 )
 
+from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.changestream.snapshot import SourceSnapshot
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
@@ -60,14 +62,26 @@ CHECKS = {
         "CS_PLATFORM_MAX_LAG_SECONDS: a partition is stuck or the readers cannot keep up."
     ),
     "mirrors_match_source": (
-        "At the cut, every mirror has the source table's row count, and a random sample of its primary "
-        "keys exists in the source read at the cut timestamp. A mismatch means the mirror drifted."
+        "At the cut, every watched table has a mirror with the source table's row count, and a random sample "
+        "of its primary keys exists in the source read at the cut timestamp. A mismatch means the mirror "
+        "drifted, or the table was added to the stream after its start: rebuild the tables it names "
+        "(mirror_rebuild partitions)."
     ),
 }
 
 
-def lake_definitions(slug: str, stream: str, landed_changes: AssetKey, resource_key: str, max_lag_seconds: float, interval_seconds: int) -> tuple:
-    """The lake step (changelog + mirrors), its job and its sensor."""
+def lake_definitions(
+    slug: str,
+    stream: str,
+    landed_changes: AssetKey,
+    rebuilds: AssetKey,
+    tables: DynamicPartitionsDefinition,
+    resource_key: str,
+    max_lag_seconds: float,
+    interval_seconds: int,
+) -> tuple:
+    """The lake step (changelog + mirrors), its job and its sensor (which also keeps ``tables``,
+    the rebuilds' partitions, equal to the tables the stream watches)."""
     changelog_key, mirrors_key = AssetKey([slug, "changelog"]), AssetKey([slug, "mirrors"])
     group = f"{slug}_lake"
 
@@ -83,7 +97,7 @@ def lake_definitions(slug: str, stream: str, landed_changes: AssetKey, resource_
             ),
             AssetSpec(
                 mirrors_key,
-                deps=[changelog_key],
+                deps=[changelog_key, rebuilds],
                 group_name=group,
                 kinds={"spark", "delta"},
                 freshness_policy=FreshnessPolicy.time_window(
@@ -146,7 +160,7 @@ def lake_definitions(slug: str, stream: str, landed_changes: AssetKey, resource_
             {"lag_seconds": lag, "low_watermark": MetadataValue.timestamp(cut)},
             AssetCheckSeverity.WARN,
         )
-        yield mirrors_match_source(lake, change_stream.source_database())
+        yield mirrors_match_source(lake, change_stream.source_database(), stream, rebuilds)
         context.log.info(
             f"cut {cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
             f"{result.transactions} transactions, {result.mods} mods, versions {result.versions}"
@@ -182,16 +196,19 @@ def lake_definitions(slug: str, stream: str, landed_changes: AssetKey, resource_
         description=(
             f"Requests a lake run (one consistent cut) of {stream} whenever its low watermark has moved "
             "since the last requested cut, never while another lake run of the stream is in flight; "
-            "retries a failed cut after a pause."
+            "retries a failed cut after a pause. Keeps one mirror_rebuild partition per watched table."
         ),
     )
     def lake_sensor(context: SensorEvaluationContext):
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         cut = stream_cut(change_stream.metadata_store())
+        watched = {t.name for t in watched_tables(change_stream.source_database(), stream)}
+        new = sorted(watched - set(context.instance.get_dynamic_partitions(tables.name)))
+        added = [tables.build_add_request(new)] if new else []
         decision = plan_lake_run(context, job.name, stream, cut, interval_seconds)
         if isinstance(decision, SkipReason):
-            return decision
-        return SensorResult(run_requests=[decision], cursor=cut.isoformat())
+            return SensorResult(skip_reason=decision, dynamic_partitions_requests=added)
+        return SensorResult(run_requests=[decision], cursor=cut.isoformat(), dynamic_partitions_requests=added)
 
     return lake_step, job, lake_sensor
 
@@ -223,15 +240,18 @@ def _check(name: str, passed: bool, metadata: dict, severity: AssetCheckSeverity
     return AssetCheckResult(check_name=name, passed=passed, severity=severity, metadata=metadata, description=CHECKS[name])
 
 
-def mirrors_match_source(lake: Lake, database) -> AssetCheckResult:
-    """At the last applied cut, each mirror has the source's row count, and a random sample of its
-    primary keys exists in the source read at that timestamp (values are compared by the tests)."""
+def mirrors_match_source(lake: Lake, database, stream: str, rebuilds: AssetKey) -> AssetCheckResult:
+    """At the last applied cut, each watched table has a mirror with the source's row count, and a
+    random sample of its primary keys exists in the source read at that timestamp (values are
+    compared by the tests). Names the tables to rebuild."""
     cut = lake.last_cut()
     if cut is None:
         return _check("mirrors_match_source", True, {"mismatched": "none", "note": "no cut applied yet: nothing has landed"})
     source = SourceSnapshot(database, cut)
-    problems, checked = [], {}
-    for table, mirror in lake.mirrors_at_cut(cut).items():
+    mirrors = lake.mirrors_at_cut(cut)
+    problems = sorted({t.name for t in watched_tables(database, stream, cut)} - set(mirrors))  # watched, no mirror
+    checked = {table: {"mirror_rows": 0, "source_rows": source.row_count(table), "note": "no mirror"} for table in problems}
+    for table, mirror in mirrors.items():
         keys = primary_key(lake.spark, lake.mirror(table))
         sample = sample_keys(mirror, keys, SAMPLE_KEYS)
         rows, expected = mirror.count(), source.row_count(table)
@@ -239,8 +259,14 @@ def mirrors_match_source(lake: Lake, database) -> AssetCheckResult:
         checked[table] = {"mirror_rows": rows, "source_rows": expected, "sampled_keys": len(sample), "missing": missing}
         if rows != expected or missing:
             problems.append(table)
+    rebuild = f"materialize {rebuilds.to_user_string()} for partitions {', '.join(sorted(problems))} (a backfill)" if problems else "none"
     return _check(
         "mirrors_match_source",
         not problems,
-        {"cut": MetadataValue.timestamp(cut), "tables": MetadataValue.json(checked), "mismatched": ", ".join(problems) or "none"},
+        {
+            "cut": MetadataValue.timestamp(cut),
+            "tables": MetadataValue.json(checked),
+            "mismatched": ", ".join(sorted(problems)) or "none",
+            "to_rebuild": rebuild,
+        },
     )

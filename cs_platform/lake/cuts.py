@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cs_platform.lake.changelog import Changelog
-from cs_platform.lake.delta import DeltaPath
+from cs_platform.lake.delta import DeltaPath, quoted
 from cs_platform.lake.mirrors import apply_changes, column_types_by_table
 from cs_platform.lake.quarantine import Quarantine, UntypedValue, untyped_values
 from cs_platform.lake.types import utc
@@ -53,6 +53,10 @@ class IncompleteTransactionsError(RuntimeError):
         super().__init__(message)
         self.missing = missing  # (transaction id, records seen, records expected), a sample
         self.count = count  # all of them
+
+
+class StaleSnapshotError(RuntimeError):
+    """A snapshot was read at a cut that is no longer the lake's latest; nothing was recorded."""
 
 
 class UntypedValueError(RuntimeError):
@@ -80,13 +84,20 @@ class PublishedCut:
 
     cut: datetime
     versions: dict[str, int]
+    previous: datetime | None = None
 
-    def to_json(self, previous: datetime | None) -> str:
-        return json.dumps({"cut": self.cut.isoformat(), "previous": previous and previous.isoformat(), "versions": self.versions})
+    def to_json(self) -> str:
+        previous = self.previous and self.previous.isoformat()
+        return json.dumps({"cut": self.cut.isoformat(), "previous": previous, "versions": self.versions})
 
     @classmethod
     def from_json(cls, recorded: dict) -> PublishedCut:
-        return cls(datetime.fromisoformat(recorded["cut"]), {t: int(v) for t, v in recorded["versions"].items()})
+        previous = recorded.get("previous")
+        return cls(
+            datetime.fromisoformat(recorded["cut"]),
+            {t: int(v) for t, v in recorded["versions"].items()},
+            datetime.fromisoformat(previous) if previous else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -182,7 +193,7 @@ class Lake:
         return rows if after is None else rows.where(F.col("commit_timestamp") > F.lit(after))
 
     def apply_cut(self, cut: datetime) -> CutResult:
-        cut = _plain(cut)
+        cut = plain_datetime(cut)
         published = self.last_published()
         previous = published.cut if published else None
         if (previous is not None and cut <= previous) or not self.changelog.exists():
@@ -225,23 +236,44 @@ class Lake:
         if not versions and previous is None:
             return CutResult(cut, previous, applied=False)  # nothing under the first cut: no mirror to record
         versions = dict(sorted({**(published.versions if published else {}), **versions}.items()))
-        self._publish(PublishedCut(cut, versions), previous, transactions, mods)
+        self._publish(PublishedCut(cut, versions, previous), transactions, mods)
         return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad))
 
-    def publish_start(self, cut: datetime, versions: dict[str, int]) -> None:
-        """Publish the first cut of a lake whose mirrors a snapshot wrote as of ``cut``; later cuts
-        apply commits after it."""
-        if self.last_published() is not None:
-            raise ValueError(f"the manifest at {self.manifest_path} has cuts already: a lake starts once")
-        self._publish(PublishedCut(_plain(cut), dict(sorted(versions.items()))), None, 0, 0)
+    def publish_snapshot(self, cut: datetime, versions: dict[str, int]) -> None:
+        """Record mirrors a snapshot wrote as of ``cut``: the lake's first cut (later cuts apply
+        commits after it), or, for mirrors rebuilt at the lake's latest cut, their new versions at
+        that cut (the next cut applies what came after it)."""
+        cut = plain_datetime(cut)
+        published = self.last_published()
+        if published is None:
+            self._publish(PublishedCut(cut, dict(sorted(versions.items()))), 0, 0)
+            return
+        if published.cut != cut:
+            raise StaleSnapshotError(
+                f"the snapshot was read at {cut.isoformat()}, but the lake's latest cut is now {published.cut.isoformat()} "
+                "(a cut was published meanwhile): nothing was recorded; rebuild again"
+            )
+        rows = self._manifest_frame(PublishedCut(cut, versions, published.previous), 0, 0)
+        on = " AND ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in ("cut_timestamp", "table_name"))
+        version, committed = quoted("mirror_version"), quoted("committed_at")
+        recorded = PublishedCut(cut, dict(sorted({**published.versions, **versions}.items())), published.previous)
+        self.manifest.merge(
+            self.spark,
+            rows,
+            f"ON {on} WHEN MATCHED THEN UPDATE SET {version} = s.{version}, {committed} = s.{committed} WHEN NOT MATCHED THEN INSERT *",
+            recorded.to_json(),
+        )
 
-    def _publish(self, cut: PublishedCut, previous: datetime | None, transactions: int, mods: int) -> None:
+    def _publish(self, cut: PublishedCut, transactions: int, mods: int) -> None:
         """One manifest append: a row per mirror, and the cut in the commit's metadata."""
-        rows = [(cut.cut, previous, table, v, transactions, mods) for table, v in cut.versions.items()]
+        rows = self._manifest_frame(cut, transactions, mods)
+        rows.write.format("delta").mode("append").option("userMetadata", cut.to_json()).save(self.manifest.uri)
+
+    def _manifest_frame(self, cut: PublishedCut, transactions: int, mods: int) -> DataFrame:
+        """The manifest's rows of ``cut``: one per mirror."""
+        rows = [(cut.cut, cut.previous, table, v, transactions, mods) for table, v in cut.versions.items()]
         schema = "cut_timestamp timestamp, previous_cut timestamp, table_name string, mirror_version long, transactions long, mods long"
-        self.spark.createDataFrame(rows, schema).withColumn("committed_at", F.current_timestamp()).write.format("delta").mode(
-            "append"
-        ).option("userMetadata", cut.to_json(previous)).save(self.manifest.uri)
+        return self.spark.createDataFrame(rows, schema).withColumn("committed_at", F.current_timestamp())
 
     def mirrors_at_cut(self, cut: datetime | None = None) -> dict[str, DataFrame]:
         """Every mirror as of one cut (the latest if None): a transaction-consistent snapshot."""
@@ -265,6 +297,6 @@ class Lake:
         return rows
 
 
-def _plain(value: datetime) -> datetime:
+def plain_datetime(value: datetime) -> datetime:
     """A plain datetime (Spark rejects subclasses such as Spanner's DatetimeWithNanoseconds)."""
     return datetime.combine(value.date(), value.timetz())

@@ -5,6 +5,11 @@ rows then. :func:`load_snapshot` writes each watched table's rows as read at T0 
 mirror, then publishes cut T0 in the manifest, recording every mirror's version. Cuts after it apply
 (T0, T]: a commit at T0 is in the snapshot and is never applied again (DESIGN invariant 8).
 
+A rebuild is the same at the lake's latest cut, for some tables: their mirrors are replaced by their
+rows at that cut and the manifest records their new versions at it; the next cut applies what came
+after. That repairs a drifted mirror, and gives a table added to the stream later
+(``ALTER CHANGE STREAM … SET FOR …``) the rows it had before.
+
 The rows are read by Spark tasks, one per partition Spanner split the read into, all inside one
 read-only transaction (``changestream.table_snapshot``): the snapshot scales with the executors. A
 crash before the manifest append leaves mirrors but no cut: the next lake run takes the snapshot
@@ -24,7 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.table_snapshot import SnapshotPartition, SnapshotPlan, read_partition
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.cuts import Lake, StaleSnapshotError, plain_datetime
 from cs_platform.lake.mirrors import column_types_by_table, replace_mirror, snapshot_rows
 from cs_platform.landing.rows import column_types_json
 
@@ -42,16 +47,21 @@ class SnapshotResult:
 
 
 def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan) -> SnapshotResult:
-    """Write every table of ``plan`` as its mirror at the plan's timestamp, then publish that cut."""
+    """Write every table of ``plan`` as its mirror at the plan's timestamp, then record them in the
+    manifest at that cut: the lake's first cut, or its latest one (a rebuild, module docstring)."""
     began = time.monotonic()
-    if lake.last_published() is not None:
-        raise ValueError(f"the lake at {lake.root} has published cuts: a snapshot starts a lake, it does not restart one")
+    published = lake.last_published()
+    if published is not None and published.cut != plain_datetime(plan.read_timestamp):
+        raise StaleSnapshotError(
+            f"a snapshot of a lake with cuts must be read at its latest cut {published.cut.isoformat()}, not at "
+            f"{plan.read_timestamp.isoformat()}: nothing was written"
+        )
     rows, versions = {}, {}
     for table in plan.tables:
         columns = column_types_by_table([(table.name, column_types_json(table.columns))])[table.name]
         read = read_rows(lake.spark, target, plan, plan.of(table.name))
         versions[table.name], rows[table.name] = replace_mirror(lake.spark, lake.mirror(table.name), snapshot_rows(read, columns), columns)
-    lake.publish_start(plan.read_timestamp, versions)
+    lake.publish_snapshot(plan.read_timestamp, versions)
     return SnapshotResult(plan.read_timestamp, rows, versions, len(plan.partitions), round(time.monotonic() - began, 2))
 
 

@@ -3,25 +3,17 @@ cut, stopping dead after the first mirror's MERGE committed (before the others a
 writes MARKER and waits for SIGKILL."""
 
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
 from cs_platform.lake import cuts, mirrors
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.landing.store import LandingStore
+from cs_platform_tests.lake.killed import stopping_after
 
 
 def main(landing: str, root: str, cut: str, marker: Path) -> None:
-    merge = mirrors.apply_changes
-
-    def merge_then_stop(spark, mirror, changes, columns):
-        version = merge(spark, mirror, changes, columns)
-        marker.write_text(mirror.uri)
-        time.sleep(3600)
-        return version
-
-    cuts.apply_changes = merge_then_stop
+    cuts.apply_changes = stopping_after(mirrors.apply_changes, marker)
     lake = cuts.Lake(delta_spark_session("killed_apply", "local[1]"), root)
     lake.changelog.ingest(LandingStore(landing).files("Bank"))
     lake.apply_cut(datetime.fromisoformat(cut))

@@ -3,7 +3,6 @@ the snapshot at the stream's start (``pipeline.start_from_snapshot``), stopping 
 mirror committed (before the others and the manifest); writes MARKER and waits for SIGKILL."""
 
 import sys
-import time
 from pathlib import Path
 
 from cs_platform.changestream.connection import SpannerTarget
@@ -12,18 +11,11 @@ from cs_platform.lake import snapshot
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.pipeline import start_from_snapshot
+from cs_platform_tests.lake.killed import stopping_after
 
 
 def main(host: str, project: str, instance: str, database: str, metadata: str, stream: str, root: str, marker: Path) -> None:
-    replace = snapshot.replace_mirror
-
-    def replace_then_stop(spark, mirror, rows, columns):
-        written = replace(spark, mirror, rows, columns)
-        marker.write_text(mirror.uri)
-        time.sleep(3600)
-        return written
-
-    snapshot.replace_mirror = replace_then_stop
+    snapshot.replace_mirror = stopping_after(snapshot.replace_mirror, marker)
     store = PartitionMetadataStore(SpannerTarget(project, instance, metadata, host).connect(), f"{stream}Metadata")
     start_from_snapshot(Lake(delta_spark_session("killed_snapshot", "local[1]"), root), SpannerTarget(project, instance, database, host), stream, store)
 

@@ -1,0 +1,73 @@
+"""Mirror rebuilds in Dagster: an asset partitioned by table name, one partition per watched table.
+
+Thin: materializing partition ``T`` is ``cs_platform.pipeline.rebuild_mirrors`` for ``T``: the
+table read at the lake's latest cut replaces its mirror, and the manifest records the new version at
+that cut. A backfill over several partitions rebuilds several tables; the lake sensor keeps the
+partitions equal to the tables the stream watches, so a table added to the stream
+(``ALTER CHANGE STREAM … SET FOR …``) appears here to be given its rows. The
+``mirrors_match_source`` check names the tables that need it. Its job carries the lake runs'
+concurrency tag: a rebuild never runs beside a cut.
+"""
+
+from dagster import (
+    AssetExecutionContext,
+    AssetKey,
+    DynamicPartitionsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+    define_asset_job,
+    in_process_executor,
+)
+
+from cs_platform.defs.lake_assets import LAKE_TAG
+from cs_platform.defs.resources import ChangeStreamResource, LakeResource
+from cs_platform.pipeline import rebuild_mirrors
+
+
+def mirror_rebuild_definitions(slug: str, stream: str, tables: DynamicPartitionsDefinition, resource_key: str) -> tuple:
+    """The rebuild asset of one stream's mirrors and its job."""
+    key = rebuild_key(slug)
+
+    @asset(
+        key=key,
+        partitions_def=tables,
+        group_name=f"{slug}_lake",
+        kinds={"spanner", "spark", "delta"},
+        required_resource_keys={"pyspark", "lake", resource_key},
+        description=(
+            f"Rebuilds the mirror of one table of {stream} (the partition) from the table read at the lake's "
+            "latest cut, and records it in the manifest at that cut; the next cut carries on from there. "
+            "Backfill the partitions the mirrors_match_source check names: a drifted mirror, or a table "
+            "added to the stream after its start."
+        ),
+    )
+    def mirror_rebuild(context: AssetExecutionContext) -> MaterializeResult:
+        change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
+        settings: LakeResource = context.resources.lake
+        lake = settings.lake(context.resources.pyspark.spark_session, stream)
+        result = rebuild_mirrors(lake, change_stream.spanner.target(), stream, [context.partition_key])
+        context.log.info(f"rebuilt {context.partition_key} at cut {result.cut.isoformat()}: {result.rows[context.partition_key]} rows")
+        return MaterializeResult(
+            metadata={
+                "cut": MetadataValue.timestamp(result.cut),
+                "rows": result.rows[context.partition_key],
+                "mirror_version": result.versions[context.partition_key],
+                "read_partitions": result.partitions,
+                "seconds": result.seconds,
+            }
+        )
+
+    job = define_asset_job(
+        f"{slug}_mirror_rebuild",
+        selection=[key],
+        partitions_def=tables,
+        executor_def=in_process_executor,
+        tags={LAKE_TAG: stream},
+        description=f"Rebuild one mirror of {stream} from its table at the latest cut.",
+    )
+    return mirror_rebuild, job
+
+
+def rebuild_key(slug: str) -> AssetKey:
+    return AssetKey([slug, "mirror_rebuild"])
