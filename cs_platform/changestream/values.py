@@ -99,10 +99,22 @@ def encode(spanner_type: Mapping[str, Any], value: Any) -> Any:
     if code == "TIMESTAMP":
         return format_timestamp(value)
     if code == "JSON":
-        return value.serialize() if hasattr(value, "serialize") else json.dumps(value, sort_keys=True, separators=(",", ":"))
+        text = value.serialize() if hasattr(value, "serialize") else json.dumps(value)
+        if text is None:
+            return None
+        if spanner_type.get("type_annotation") == "PG_JSONB":
+            # PostgreSQL's jsonb text: keys by length then bytes, ", " and ": " between items.
+            return json.dumps(_jsonb_order(json.loads(text)), separators=(", ", ": "), ensure_ascii=False)
+        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     if code in _SCALARS:
         return value if isinstance(value, bool) else str(value)
     raise MalformedRecordError(f"column type {dict(spanner_type)!r} is not a Spanner type this reader knows; upgrade cs_platform or report the type")
+
+
+def _jsonb_order(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonb_order(v) for k, v in sorted(value.items(), key=lambda item: (len(item[0].encode()), item[0].encode()))}
+    return [_jsonb_order(v) for v in value] if isinstance(value, list) else value
 
 
 def decode(spanner_type: Mapping[str, Any], value: Any) -> Any:

@@ -1,6 +1,7 @@
 """The snapshot at the stream's start (DESIGN invariant 8): a value reads the same whichever way it
 reached the mirror, and a snapshot killed half-way is taken again, whole, with no cut before it."""
 
+import base64
 import os
 import signal
 import subprocess
@@ -8,13 +9,14 @@ import sys
 import time
 
 import pytest
-from datetime import timedelta
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 
 from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import SnapshotTooOldError
 from cs_platform.changestream.metadata import PartitionMetadataStore, partition_key, utc_now
-from cs_platform.changestream.query import ChangeStreamQuery
+from cs_platform.changestream.query import ChangeStreamQuery, Dialect
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.table_snapshot import plan_snapshot
@@ -33,11 +35,12 @@ def test_a_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_datab
     same values (the stream brings it): every column of the two mirror rows is identical."""
     db = make_database([DDL, "CREATE CHANGE STREAM ItemsStream FOR Items"])
     meta = make_database([])
+    row = {**ROW, "Doc": {"bb": [1, "twö", None], "a": {"c": 1.5}, "ccc": "€"}}
     with db.batch() as batch:
-        batch.insert("Items", COLUMNS, [to_client({**ROW, "Id": 1})])
+        batch.insert("Items", COLUMNS, [to_client({**row, "Id": 1})])
     start = utc_now()
     with db.batch() as batch:
-        batch.insert("Items", COLUMNS, [to_client(ROW)])
+        batch.insert("Items", COLUMNS, [to_client(row)])
     end = utc_now() + timedelta(seconds=1)
     time.sleep(1.2)
     landing = LandingStore(str(tmp_path / "landing"))
@@ -58,6 +61,49 @@ def test_a_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_datab
     from_snapshot, from_stream = rows.pop(1), rows.pop(ROW["Id"])
     assert not rows
     differing = {c: (from_snapshot[c], from_stream[c]) for c in COLUMNS if c != "Id" and from_snapshot[c] != from_stream[c]}
+    assert not differing, f"(snapshot, stream) values differ: {differing}"
+
+
+PG_DDL = [
+    """CREATE TABLE items (id bigint NOT NULL, name varchar, amount numeric, doc jsonb, score float8, ratio float4,
+        flag bool, raw bytea, day date, seen timestamptz, tags bigint[], PRIMARY KEY (id))""",
+    "CREATE CHANGE STREAM items_stream FOR items",
+]
+PG_COLUMNS = ["id", "name", "amount", "doc", "score", "ratio", "flag", "raw", "day", "seen", "tags"]
+PG_ROW = [
+    "naïve ☃", Decimal("-1234567890.123456789"), '{"bb": [1, "twö", null], "a": {"c": 1.5}, "ccc": "€"}', -0.0, 0.5, True,
+    base64.b64encode(b"\x00\xffbytes"), date(1999, 12, 31), datetime(2024, 5, 6, 7, 8, 9, tzinfo=timezone.utc), [1, -2, 3],
+]
+
+
+def test_a_postgres_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_database, spark, tmp_path, emulator):
+    """The same on a PostgreSQL-dialect database (spanner.read_json_<stream>, PG types)."""
+    db = make_database(PG_DDL, postgres=True)
+    meta = make_database([])
+    with db.batch() as batch:
+        batch.insert("items", PG_COLUMNS, [[1, *PG_ROW]])
+    start = utc_now()
+    with db.batch() as batch:
+        batch.insert("items", PG_COLUMNS, [[2, *PG_ROW]])
+    end = utc_now() + timedelta(seconds=1)
+    time.sleep(1.2)
+    landing = LandingStore(str(tmp_path / "landing"))
+    query = ChangeStreamQuery("items_stream", Dialect.POSTGRESQL, heartbeat_millis=500)
+    reader = PartitionReader(db, query, PartitionMetadataStore(meta, "ItemsMetadata"))
+    LocalRunner(reader, lambda b: landing.write("items_stream", partition_key(b.partition_token, b.query_start), b), timedelta(seconds=5)).run(start, end, 500)
+
+    lake = Lake(spark, str(tmp_path / "lake"))
+    transaction, plan = plan_snapshot(db, watched_tables(db, "items_stream", start), start)
+    try:
+        load_snapshot(lake, SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host), plan)
+    finally:
+        transaction.close()
+    lake.changelog.ingest(landing.files("items_stream"))
+    assert lake.apply_cut(end).mods == 1
+
+    rows = {r.id: r.asDict() for r in lake.mirrors_at_cut()["items"].collect()}
+    assert set(rows) == {1, 2}
+    differing = {c: (rows[1][c], rows[2][c]) for c in PG_COLUMNS if c != "id" and rows[1][c] != rows[2][c]}
     assert not differing, f"(snapshot, stream) values differ: {differing}"
 
 
