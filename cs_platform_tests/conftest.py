@@ -41,6 +41,12 @@ INSTANCE = "test-instance"
 _names = itertools.count(1)
 
 
+def start_after(committed: datetime) -> datetime:
+    """A stream start after a commit at ``committed``: on the emulator commit timestamps run ahead
+    of the host clock (EMULATOR.md), so ``utc_now()`` just after a commit can still precede it."""
+    return max(utc_now(), committed + timedelta(microseconds=1))
+
+
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory) -> SpannerEmulator:
     log_path = Path(tmp_path_factory.mktemp("emulator")) / "emulator.log"

@@ -41,6 +41,7 @@ from cs_platform.changestream.snapshot import SourceSnapshot
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
 from cs_platform.lake.cuts import IncompleteTransactionsError, Lake, UntypedValueError
 from cs_platform.lake.mirrors import primary_key, sample_keys
+from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.pipeline import advance_lake, stream_cut
 
 LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per stream (tag concurrency limit)
@@ -176,6 +177,7 @@ def lake_definitions(
                 "quarantined_transactions": len({v.transaction for v in result.quarantined}),
                 "mirror_versions": MetadataValue.json(result.versions),
                 "lag_seconds": lag,
+                **snapshot_metadata(advance.snapshot),
             },
         )
 
@@ -234,6 +236,18 @@ def plan_lake_run(context: SensorEvaluationContext, job_name: str, stream: str, 
             return SkipReason(f"the low watermark of {stream} is still {cut.isoformat()}, the last requested cut")
         return RunRequest(run_key=f"cut-{cut.isoformat()}-retry-{int(time.time())}", tags={LAKE_TAG: stream})
     return RunRequest(run_key=f"cut-{cut.isoformat()}", tags={LAKE_TAG: stream})
+
+
+def snapshot_metadata(snapshot: SnapshotResult | None) -> dict:
+    """What the snapshot at T0 wrote, on the cut that took it."""
+    if snapshot is None:
+        return {}
+    return {
+        "snapshot_at": MetadataValue.timestamp(snapshot.cut),
+        "snapshot_rows": MetadataValue.json(snapshot.rows),
+        "snapshot_read_partitions": snapshot.partitions,
+        "snapshot_seconds": snapshot.seconds,
+    }
 
 
 def _check(name: str, passed: bool, metadata: dict, severity: AssetCheckSeverity = AssetCheckSeverity.ERROR) -> AssetCheckResult:

@@ -22,7 +22,7 @@ def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, d
     results.append(materialize(cut_step, resources=defs.resources, instance=dagster_instance))
     assert maintained.success
     report = maintained.asset_materializations_for_node(maintenance[0].op.name)[0].metadata
-    assert (report["kept_cuts"].value, report["cuts_dropped"].value) == (1, 0)
+    assert (report["kept_cuts"].value, report["cuts_dropped"].value) == (2, 0)  # the snapshot at T0 and the cut
     assert "mirrors/Accounts" in report["tables"].value
     for result in results:
         assert result.success
@@ -35,5 +35,6 @@ def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, d
     committed = sum(1 for t in workload.committed if t.commit_timestamp <= end)
     assert first["applied"].value is True and first["transactions"].value == committed
     assert second["applied"].value is False  # the same cut again: nothing to do
+    assert set(first["snapshot_rows"].value) == {"Accounts", "Transfers", "AuditEvents"} and "snapshot_rows" not in second
     changelog = next(m for m in results[0].asset_materializations_for_node("bank_stream_cut") if m.asset_key == AssetKey(["bank_stream", "changelog"]))
     assert changelog.metadata["new_rows"].value > 0 and changelog.metadata["duplicates_dropped"].value == 0

@@ -15,7 +15,7 @@ import threading
 from collections import defaultdict
 from datetime import timedelta
 
-from cs_platform.changestream.metadata import lineage, utc_now
+from cs_platform.changestream.metadata import lineage
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.cutter import Cutter
 from cs_platform.dev.sensor_loop import SensorLoop
@@ -23,6 +23,7 @@ from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform.dev.oracle import committed, landed
+from cs_platform_tests.conftest import start_after
 from cs_platform_tests.defs.processes import SENSOR
 
 WINDOW_SECONDS = 60
@@ -40,7 +41,7 @@ def source_at(database, cut):
 def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_instance, spark, tmp_path):
     workload = BankWorkload(bank_stream.bank)
     workload.run(accounts=10, transfers=BEFORE_START)
-    start = utc_now()
+    start = start_after(workload.committed[-1].commit_timestamp)
     end = start + timedelta(seconds=WINDOW_SECONDS)
     bank_stream.configure(start, end)
     writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=5), 40), kwargs={"accounts": 0}, daemon=True)

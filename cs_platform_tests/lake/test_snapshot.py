@@ -27,7 +27,7 @@ from cs_platform.lake.snapshot import load_snapshot
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import start_from_snapshot
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
-from cs_platform_tests.conftest import INSTANCE, PROJECT
+from cs_platform_tests.conftest import INSTANCE, PROJECT, start_after
 
 
 def test_a_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_database, spark, tmp_path, emulator):
@@ -38,7 +38,7 @@ def test_a_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_datab
     row = {**ROW, "Doc": {"bb": [1, "twö", None], "a": {"c": 1.5}, "ccc": "€"}}
     with db.batch() as batch:
         batch.insert("Items", COLUMNS, [to_client({**row, "Id": 1})])
-    start = utc_now()
+    start = start_after(batch.committed)
     with db.batch() as batch:
         batch.insert("Items", COLUMNS, [to_client(row)])
     end = utc_now() + timedelta(seconds=1)
@@ -82,7 +82,7 @@ def test_a_postgres_value_reads_the_same_from_the_snapshot_and_from_the_stream(m
     meta = make_database([])
     with db.batch() as batch:
         batch.insert("items", PG_COLUMNS, [[1, *PG_ROW]])
-    start = utc_now()
+    start = start_after(batch.committed)
     with db.batch() as batch:
         batch.insert("items", PG_COLUMNS, [[2, *PG_ROW]])
     end = utc_now() + timedelta(seconds=1)
@@ -110,7 +110,7 @@ def test_a_postgres_value_reads_the_same_from_the_snapshot_and_from_the_stream(m
 def test_a_killed_snapshot_is_taken_again_whole_and_no_cut_comes_before_it(bank_stream, spark, tmp_path, emulator):
     workload = BankWorkload(bank_stream.bank)
     workload.run(accounts=5, transfers=40, progress_every=0)
-    start = utc_now()
+    start = start_after(workload.committed[-1].commit_timestamp)
     bank_stream.store.initialize(start, None, 500)
     root = str(tmp_path / "lake")
     marker = tmp_path / "marker"
