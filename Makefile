@@ -33,6 +33,7 @@ bench: setup check-emulator
 	$(PY) bench/orchestration_latency.py
 	$(PY) bench/lake_apply.py
 	$(PY) bench/lake_cost.py
+	$(PY) bench/snapshot_throughput.py
 	$(PY) bench/freshness.py
 
 clean:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import Any, Callable, Mapping
+
+from google.protobuf import struct_pb2
 
 from cs_platform.changestream.errors import MalformedRecordError
 
@@ -73,48 +74,24 @@ _SCALARS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def encode(spanner_type: Mapping[str, Any], value: Any) -> Any:
-    """A value as the Spanner client returns it from a read, in the wire encoding (what
-    :func:`decode` takes): a table snapshot then carries every value exactly as a change record
-    would, and the lake types both with the same expressions. The client hands BYTES back
-    base64-encoded and JSON as a ``JsonObject``."""
-    if value is None:
+def read_text(value: struct_pb2.Value) -> str | None:
+    """A value of a Spanner read, undecoded (``lazy_decode``), as the text the lake casts. A read
+    carries every value in the change stream's wire encoding already (INT64 and NUMERIC as strings,
+    BYTES base64, JSON as the server's text ...); the text is what a mod's value is once its JSON is
+    read as ``MAP<STRING,STRING>``: strings as themselves, numbers, booleans and arrays as JSON."""
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "null_value":
         return None
-    code = spanner_type.get("code")
-    if code == "ARRAY":
-        element = spanner_type.get("array_element_type") or {}
-        return [encode(element, item) for item in value]
-    if code in ("INT64", "ENUM"):
-        return str(value)
-    if code in ("FLOAT64", "FLOAT32"):
-        if math.isnan(value):
-            return "NaN"
-        return ("Infinity" if value > 0 else "-Infinity") if math.isinf(value) else value
-    if code == "NUMERIC":
-        return format(value, "f")
-    if code in ("BYTES", "PROTO"):
-        return value.decode("ascii") if isinstance(value, bytes) else base64.b64encode(bytes(value)).decode("ascii")
-    if code == "DATE":
-        return value.isoformat()
-    if code == "TIMESTAMP":
-        return format_timestamp(value)
-    if code == "JSON":
-        text = value.serialize() if hasattr(value, "serialize") else json.dumps(value)
-        if text is None:
-            return None
-        if spanner_type.get("type_annotation") == "PG_JSONB":
-            # PostgreSQL's jsonb text: keys by length then bytes, ", " and ": " between items.
-            return json.dumps(_jsonb_order(json.loads(text)), separators=(", ", ": "), ensure_ascii=False)
-        return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    if code in _SCALARS:
-        return value if isinstance(value, bool) else str(value)
-    raise MalformedRecordError(f"column type {dict(spanner_type)!r} is not a Spanner type this reader knows; upgrade cs_platform or report the type")
+    return json.dumps(_plain(value), separators=(",", ":"), ensure_ascii=False)
 
 
-def _jsonb_order(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _jsonb_order(v) for k, v in sorted(value.items(), key=lambda item: (len(item[0].encode()), item[0].encode()))}
-    return [_jsonb_order(v) for v in value] if isinstance(value, list) else value
+def _plain(value: struct_pb2.Value) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "list_value":
+        return [_plain(v) for v in value.list_value.values]
+    return None if kind == "null_value" else getattr(value, kind)
 
 
 def decode(spanner_type: Mapping[str, Any], value: Any) -> Any:

@@ -74,25 +74,24 @@ def final_effects(changes: DataFrame, columns: dict[str, dict]) -> DataFrame:
     effects = changes.groupBy("keys").agg(F.expr(_FOLD).alias("effect"))
     return effects.select(
         F.col("effect.op").alias("__op"),
-        *_typed("effect.values", columns),
+        *_typed(lambda name: f"effect.values[{sql_string(name)}]", columns),
         *[F.expr(f"map_contains_key(effect.values, {sql_string(name)})").alias(f"{name}__set") for name in columns],
     )
 
 
-def snapshot_rows(rows: DataFrame, columns: dict[str, dict]) -> DataFrame:
-    """Snapshot rows (``keys`` and ``new_values``, JSON objects of wire values, as a mod carries
-    them) as mirror rows: typed by the very expressions that type the changes' final effects."""
-    values = f"map_concat(from_json(new_values, '{_MAP}'), from_json(keys, '{_MAP}'))"
-    return rows.select(F.expr(values).alias("row_values")).select(*_typed("row_values", columns))
+def typed_rows(rows: DataFrame, columns: dict[str, dict]) -> DataFrame:
+    """Snapshot rows (a column of wire text per table column, ``values.wire_text``) as mirror rows:
+    typed by the very expressions that type the changes' final effects."""
+    return rows.select(*_typed(quoted, columns))
 
 
-def _typed(values: str, columns: dict[str, dict]) -> list:
-    """Each column's wire value in the map ``values``, cast to its mirror type."""
-    return [F.expr(typed_value(f"{values}[{sql_string(name)}]", c["type"])).alias(name) for name, c in columns.items()]
+def _typed(value_of, columns: dict[str, dict]) -> list:
+    """Each column's wire text (the SQL expression ``value_of(name)``), cast to its mirror type."""
+    return [F.expr(typed_value(value_of(name), c["type"])).alias(name) for name, c in columns.items()]
 
 
 def replace_mirror(spark: SparkSession, mirror: DeltaPath, rows: DataFrame, columns: dict[str, dict]) -> tuple[int, int]:
-    """Make ``rows`` (typed, see :func:`snapshot_rows`) the whole of ``mirror`` in one commit;
+    """Make ``rows`` (typed, see :func:`typed_rows`) the whole of ``mirror`` in one commit;
     returns the mirror's new version and its rows."""
     _ensure_columns(spark, mirror, columns)
     rows.write.format("delta").mode("overwrite").save(mirror.uri)

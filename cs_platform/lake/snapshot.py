@@ -26,15 +26,15 @@ from typing import Iterator
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StringType, StructField, StructType
 
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.table_snapshot import SnapshotPartition, SnapshotPlan, read_partition
 from cs_platform.lake.cuts import Lake, StaleSnapshotError, plain_datetime
-from cs_platform.lake.mirrors import column_types_by_table, replace_mirror, snapshot_rows
+from cs_platform.lake.mirrors import column_types_by_table, replace_mirror, typed_rows
 from cs_platform.landing.rows import column_types_json
 
 ARROW_ROWS = 10_000  # rows per Arrow batch a task hands to Spark
-_SCHEMA = pa.schema([("keys", pa.string()), ("new_values", pa.string())])
 
 
 @dataclass(frozen=True)
@@ -60,21 +60,23 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan) -> Snap
     for table in plan.tables:
         columns = column_types_by_table([(table.name, column_types_json(table.columns))])[table.name]
         read = read_rows(lake.spark, target, plan, plan.of(table.name))
-        versions[table.name], rows[table.name] = replace_mirror(lake.spark, lake.mirror(table.name), snapshot_rows(read, columns), columns)
+        versions[table.name], rows[table.name] = replace_mirror(lake.spark, lake.mirror(table.name), typed_rows(read, columns), columns)
     lake.publish_snapshot(plan.read_timestamp, versions)
     return SnapshotResult(plan.read_timestamp, rows, versions, len(plan.partitions), round(time.monotonic() - began, 2))
 
 
 def read_rows(spark: SparkSession, target: SpannerTarget, plan: SnapshotPlan, partitions: list[SnapshotPartition]) -> DataFrame:
-    """The rows of ``partitions`` (``keys``, ``new_values``), each partition read by one Spark task."""
+    """The rows of ``partitions`` (one table's), a text column per table column, each partition read
+    by one Spark task."""
+    names = [c.name for c in partitions[0].table.columns] if partitions else []
+    schema = pa.schema([(name, pa.string()) for name in names])
 
     def read(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in numbers:
             for number in batch.column(0).to_pylist():
                 rows = read_partition(target, plan, partitions[number])
                 while chunk := list(islice(rows, ARROW_ROWS)):
-                    keys, values = zip(*chunk)
-                    yield pa.RecordBatch.from_arrays([pa.array(keys, pa.string()), pa.array(values, pa.string())], schema=_SCHEMA)
+                    yield pa.RecordBatch.from_arrays([pa.array(column, pa.string()) for column in zip(*chunk)], schema=schema)
 
     tasks = max(len(partitions), 1)
-    return spark.range(0, len(partitions), 1, tasks).mapInArrow(read, "keys string, new_values string")
+    return spark.range(0, len(partitions), 1, tasks).mapInArrow(read, StructType([StructField(n, StringType()) for n in names]))
