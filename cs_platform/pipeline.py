@@ -5,21 +5,23 @@ benchmarks and the tests all call these, so there is one path for the data.
 files, then apply the cut. Every record at or below the cut was landed before the watermark moved
 past it (DESIGN invariant 2), so once the files listed after reading the cut are ingested, every
 transaction under the cut is complete (invariant 4). The landing directory and the lake must both
-belong to the stream's source (invariant 7).
+belong to the stream's source (invariant 7). A lake's first cut is the snapshot of the watched tables
+at the stream's start (``start_from_snapshot``, invariant 8); ``rebuild_mirrors`` takes it again for
+some tables at the latest cut.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
 from datetime import datetime
+from typing import Sequence
 
 from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import TerminalError
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
-from cs_platform.lake.changelog import IngestResult
 from cs_platform.changestream.table_snapshot import check_retention, plan_snapshot
+from cs_platform.lake.changelog import IngestResult
 from cs_platform.lake.cuts import ROOT_SETTING, CutResult, Lake
 from cs_platform.lake.snapshot import SnapshotResult, load_snapshot
 from cs_platform.landing.location import Location

@@ -30,7 +30,6 @@ from cs_platform.changestream.query import quote_identifier
 from cs_platform.changestream.values import read_text
 
 
-
 @dataclass(frozen=True)
 class SnapshotPartition:
     """One partition of one table's read: what one task reads."""
