@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from dagster import AssetKey
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -25,6 +26,7 @@ from cs_platform.dev.workload import BankWorkload
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.snapshot import load_snapshot
 from cs_platform.landing.store import LandingStore
+from cs_platform.defs.lake_assets import mirrors_match_source
 from cs_platform.pipeline import start_from_snapshot
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
 from cs_platform_tests.conftest import INSTANCE, PROJECT, start_after
@@ -148,3 +150,35 @@ def test_a_start_older_than_the_version_retention_is_refused_with_nothing_writte
     with pytest.raises(SnapshotTooOldError, match=r"keeps versions for only 3600 s \(version_retention_period\).*ALTER DATABASE"):
         start_from_snapshot(lake, bank_stream.target, "BankStream", bank_stream.store)
     assert not (tmp_path / "lake").exists()
+
+
+def test_a_table_dropped_after_the_start_is_still_read_as_it_was_at_the_start(make_database, metadata_database, spark, tmp_path, emulator):
+    """FOR ALL lets a watched table be dropped. The snapshot reads the schema and the rows as of T0,
+    so the dropped table's mirror holds its rows at T0; at a later cut the source check passes it
+    over (it is no longer watched) and checks the rest."""
+    db = make_database(["CREATE TABLE Kept (Id INT64 NOT NULL) PRIMARY KEY (Id)", "CREATE TABLE Gone (Id INT64 NOT NULL, Note STRING(MAX)) PRIMARY KEY (Id)", "CREATE CHANGE STREAM Everything FOR ALL"])
+    with db.batch() as batch:
+        batch.insert("Kept", ["Id"], [[1], [2]])
+        batch.insert("Gone", ["Id", "Note"], [[7, "seven"]])
+    start = start_after(batch.committed)
+    store = PartitionMetadataStore(metadata_database, f"Everything{db.database_id.replace('-', '')}")
+    store.initialize(start, None, 500)
+    db.update_ddl(["DROP TABLE Gone"]).result(120)
+    with db.batch() as batch:
+        batch.insert("Kept", ["Id"], [[3]])
+    end = utc_now() + timedelta(seconds=1)
+    time.sleep(1.2)
+    landing = LandingStore(str(tmp_path / "landing"))
+    reader = PartitionReader(db, ChangeStreamQuery("Everything", heartbeat_millis=500), PartitionMetadataStore(metadata_database, f"Read{db.database_id.replace('-', '')}"))
+    LocalRunner(reader, lambda b: landing.write("Everything", partition_key(b.partition_token, b.query_start), b), timedelta(seconds=5)).run(start, end, 500)
+    lake = Lake(spark, str(tmp_path / "lake"))
+
+    result = start_from_snapshot(lake, SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host), "Everything", store)
+    lake.changelog.ingest(landing.files("Everything"))
+    assert lake.apply_cut(end).mods == 1
+
+    assert result.rows == {"Gone": 1, "Kept": 2}
+    assert [tuple(r) for r in lake.mirrors_at_cut(start)["Gone"].collect()] == [(7, "seven")]
+    check = mirrors_match_source(lake, db, "Everything", AssetKey(["everything", "mirror_rebuild"]))
+    tables = check.metadata["tables"].data
+    assert check.passed and "not watched" in tables["Gone"]["note"] and tables["Kept"]["mirror_rows"] == 3, tables
