@@ -33,9 +33,9 @@ class SourceSnapshot:
         self.read_timestamp = read_timestamp
 
     def row_count(self, table: str) -> int:
-        name = quote_identifier(table, "table name", database_dialect(self.database))
+        dialect = database_dialect(self.database)
         with self.database.snapshot(read_timestamp=self.read_timestamp) as snap:
-            return list(snap.execute_sql(f"SELECT COUNT(*) FROM {name}"))[0][0]
+            return list(snap.execute_sql(f"SELECT COUNT(*) FROM {quote_identifier(table, 'table name', dialect)}"))[0][0]
 
     def existing_keys(self, table: str, key_columns: Sequence[str], keys: Sequence[Sequence]) -> set[tuple]:
         """Which of ``keys`` (primary key values, in key column order) exist at the timestamp."""
