@@ -117,7 +117,18 @@ class SpannerTarget:
 
 
 def database_dialect(database: Database) -> Dialect:
-    """The database's SQL dialect (call after ``connect``, which loads it). Databases created
-    without a dialect (the emulator reports DATABASE_DIALECT_UNSPECIFIED) are GoogleSQL."""
+    """The database's SQL dialect (call after ``connect``, which loads it). When the admin API does
+    not say (the emulator reports DATABASE_DIALECT_UNSPECIFIED for every database it did not create
+    in this handle, PostgreSQL ones included), the database's own ``INFORMATION_SCHEMA`` does; a
+    database's dialect never changes, so that answer is kept per database."""
     name = database.database_dialect.name
-    return Dialect.GOOGLE_STANDARD_SQL if name == "DATABASE_DIALECT_UNSPECIFIED" else Dialect(name)
+    if name != "DATABASE_DIALECT_UNSPECIFIED":
+        return Dialect(name)
+    if database.name not in _DIALECTS:
+        with database.snapshot() as snap:
+            rows = list(snap.execute_sql("SELECT option_value FROM information_schema.database_options WHERE option_name = 'database_dialect'"))
+        _DIALECTS[database.name] = Dialect(rows[0][0]) if rows and rows[0][0] else Dialect.GOOGLE_STANDARD_SQL
+    return _DIALECTS[database.name]
+
+
+_DIALECTS: dict[str, Dialect] = {}  # database path -> dialect, where the admin API did not say

@@ -6,12 +6,13 @@ import time
 from collections import Counter
 from datetime import timedelta
 
-from cs_platform.changestream.connection import database_dialect
+from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery, Dialect
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.tail import POLLING
+from cs_platform_tests.conftest import INSTANCE, PROJECT
 
 PG_DDL = [
     "CREATE TABLE orders (order_id bigint NOT NULL, customer varchar, total numeric, details jsonb, PRIMARY KEY (order_id))",
@@ -66,3 +67,13 @@ def test_postgres_end_to_end_through_churn(make_database, metadata_database):
     assert sum(committed.values()) >= 300
     rows = store.all()
     assert {r.state for r in rows} == {PartitionState.FINISHED} and len(rows) >= 5
+
+
+def test_a_connected_postgres_database_says_its_dialect(make_database, emulator):
+    """A handle from SpannerTarget.connect (what the resources use) knows the database is
+    PostgreSQL, though the emulator's admin API reports no dialect for it."""
+    db = make_database(PG_DDL, postgres=True)
+    connected = SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host).connect()
+    assert connected.database_dialect.name == "DATABASE_DIALECT_UNSPECIFIED"  # what the emulator says
+    assert database_dialect(connected) is Dialect.POSTGRESQL
+    assert database_dialect(SpannerTarget(PROJECT, INSTANCE, make_database([]).database_id, emulator.host).connect()) is Dialect.GOOGLE_STANDARD_SQL
