@@ -25,15 +25,14 @@ import time
 from decimal import Decimal
 from pathlib import Path
 
-from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import utc_now
-from cs_platform.changestream.table_snapshot import plan_snapshot
 from cs_platform.dev.emulator import SpannerEmulator
 from cs_platform.dev.workload import create_database, create_instance
 from cs_platform.lake.cuts import Lake
-from cs_platform.lake.snapshot import SnapshotResult, load_snapshot
+from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.lake.spark import delta_spark_session
+from cs_platform.pipeline import take_snapshot
 
 PROJECT, INSTANCE, DATABASE, STREAM = "bench-project", "bench-instance", "snapshot-bench", "Everything"
 DDL = [
@@ -64,13 +63,9 @@ def baseline(database, at) -> tuple[int, float]:
     return rows, time.monotonic() - began
 
 
-def snapshot(spark, database, target: SpannerTarget, at, root: Path) -> tuple[SnapshotResult, float]:
+def snapshot(spark, target: SpannerTarget, at, root: Path) -> tuple[SnapshotResult, float]:
     began = time.monotonic()
-    transaction, plan = plan_snapshot(database, watched_tables(database, STREAM, at), at)
-    try:
-        result = load_snapshot(Lake(spark, str(root)), target, plan)
-    finally:
-        transaction.close()
+    result = take_snapshot(Lake(spark, str(root)), target, STREAM, at)
     return result, time.monotonic() - began
 
 
@@ -88,8 +83,8 @@ def main() -> None:
         spark = delta_spark_session("snapshot_bench", "local[2]", jvm_log=work / "spark.log")
         try:
             rows, base_s = baseline(database, at)
-            cold, cold_s = snapshot(spark, database, target, at, work / "cold")
-            warm, warm_s = snapshot(spark, database, target, at, work / "warm")
+            cold, cold_s = snapshot(spark, target, at, work / "cold")
+            warm, warm_s = snapshot(spark, target, at, work / "warm")
         finally:
             spark.stop()
     assert sum(cold.rows.values()) == sum(warm.rows.values()) == rows, (cold.rows, warm.rows, rows)

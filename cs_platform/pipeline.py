@@ -70,7 +70,7 @@ def ingest_landing(lake: Lake, landing: LandingStore, stream: str, source: Sourc
 def start_from_snapshot(lake: Lake, target: SpannerTarget, stream: str, store: PartitionMetadataStore) -> SnapshotResult:
     """Cut T0 of every mirror: the watched tables read at the stream's start (``lake.snapshot``)."""
     start = store.get(INITIAL_PARTITION_TOKEN).start_timestamp
-    return _snapshot(lake, target, stream, start, f"the snapshot of stream {stream} at its start")
+    return take_snapshot(lake, target, stream, start, f"the snapshot of stream {stream} at its start")
 
 
 def rebuild_mirrors(lake: Lake, target: SpannerTarget, stream: str, tables: Sequence[str]) -> SnapshotResult:
@@ -78,10 +78,14 @@ def rebuild_mirrors(lake: Lake, target: SpannerTarget, stream: str, tables: Sequ
     published = lake.last_published()
     if published is None:
         raise NoCutError(f"the lake of {stream} has no cut yet: its first lake run takes the snapshot of every table")
-    return _snapshot(lake, target, stream, published.cut, f"the rebuild of {', '.join(tables)} at the latest cut", tables)
+    return take_snapshot(lake, target, stream, published.cut, f"the rebuild of {', '.join(tables)} at the latest cut", tables)
 
 
-def _snapshot(lake: Lake, target: SpannerTarget, stream: str, at: datetime, what: str, tables: Sequence[str] | None = None) -> SnapshotResult:
+def take_snapshot(
+    lake: Lake, target: SpannerTarget, stream: str, at: datetime, what: str = "the snapshot", tables: Sequence[str] | None = None
+) -> SnapshotResult:
+    """``tables`` (every watched one if None) read at ``at`` into their mirrors (``lake.snapshot``);
+    ``what`` names the snapshot in errors."""
     database = target.connect()
     check_retention(database, at, what)
     watched = {t.name: t for t in watched_tables(database, stream, at)}

@@ -13,23 +13,32 @@ from dagster import AssetKey
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
-from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import SnapshotTooOldError
 from cs_platform.changestream.metadata import PartitionMetadataStore, partition_key, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery, Dialect
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.runner import LocalRunner
-from cs_platform.changestream.table_snapshot import plan_snapshot
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.lake.cuts import Lake
-from cs_platform.lake.snapshot import load_snapshot
 from cs_platform.landing.store import LandingStore
 from cs_platform.defs.lake_assets import mirrors_match_source
-from cs_platform.pipeline import start_from_snapshot
+from cs_platform.pipeline import start_from_snapshot, take_snapshot
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
 from cs_platform_tests.conftest import INSTANCE, PROJECT, start_after
+
+
+def land_stream(db, query: ChangeStreamQuery, store: PartitionMetadataStore, start, landing: LandingStore):
+    """Land the stream from ``start`` to an end just past what was committed; returns the end."""
+    end = utc_now() + timedelta(seconds=1)
+    time.sleep(1.2)  # the end must be in the past: the read then ends at once (EMULATOR.md)
+
+    def land(batch) -> None:
+        landing.write(query.stream_name, partition_key(batch.partition_token, batch.query_start), batch)
+
+    LocalRunner(PartitionReader(db, query, store), land, timedelta(seconds=5)).run(start, end, 500)
+    return end
 
 
 def test_a_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_database, spark, tmp_path, emulator):
@@ -43,18 +52,11 @@ def test_a_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_datab
     start = start_after(batch.committed)
     with db.batch() as batch:
         batch.insert("Items", COLUMNS, [to_client(row)])
-    end = utc_now() + timedelta(seconds=1)
-    time.sleep(1.2)
     landing = LandingStore(str(tmp_path / "landing"))
-    reader = PartitionReader(db, ChangeStreamQuery("ItemsStream", heartbeat_millis=500), PartitionMetadataStore(meta, "ItemsMetadata"))
-    LocalRunner(reader, lambda b: landing.write("ItemsStream", partition_key(b.partition_token, b.query_start), b), timedelta(seconds=5)).run(start, end, 500)
+    end = land_stream(db, ChangeStreamQuery("ItemsStream", heartbeat_millis=500), PartitionMetadataStore(meta, "ItemsMetadata"), start, landing)
 
     lake = Lake(spark, str(tmp_path / "lake"))
-    transaction, plan = plan_snapshot(db, watched_tables(db, "ItemsStream", start), start)
-    try:
-        loaded = load_snapshot(lake, SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host), plan)
-    finally:
-        transaction.close()
+    loaded = take_snapshot(lake, SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host), "ItemsStream", start)
     assert loaded.rows == {"Items": 1} and lake.cuts() == [start]
     lake.changelog.ingest(landing.files("ItemsStream"))
     assert lake.apply_cut(end).mods == 1  # the insert after T0 only
@@ -87,19 +89,12 @@ def test_a_postgres_value_reads_the_same_from_the_snapshot_and_from_the_stream(m
     start = start_after(batch.committed)
     with db.batch() as batch:
         batch.insert("items", PG_COLUMNS, [[2, *PG_ROW]])
-    end = utc_now() + timedelta(seconds=1)
-    time.sleep(1.2)
     landing = LandingStore(str(tmp_path / "landing"))
     query = ChangeStreamQuery("items_stream", Dialect.POSTGRESQL, heartbeat_millis=500)
-    reader = PartitionReader(db, query, PartitionMetadataStore(meta, "ItemsMetadata"))
-    LocalRunner(reader, lambda b: landing.write("items_stream", partition_key(b.partition_token, b.query_start), b), timedelta(seconds=5)).run(start, end, 500)
+    end = land_stream(db, query, PartitionMetadataStore(meta, "ItemsMetadata"), start, landing)
 
     lake = Lake(spark, str(tmp_path / "lake"))
-    transaction, plan = plan_snapshot(db, watched_tables(db, "items_stream", start), start)
-    try:
-        load_snapshot(lake, SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host), plan)
-    finally:
-        transaction.close()
+    take_snapshot(lake, SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host), "items_stream", start)
     lake.changelog.ingest(landing.files("items_stream"))
     assert lake.apply_cut(end).mods == 1
 
@@ -166,11 +161,9 @@ def test_a_table_dropped_after_the_start_is_still_read_as_it_was_at_the_start(ma
     db.update_ddl(["DROP TABLE Gone"]).result(120)
     with db.batch() as batch:
         batch.insert("Kept", ["Id"], [[3]])
-    end = utc_now() + timedelta(seconds=1)
-    time.sleep(1.2)
     landing = LandingStore(str(tmp_path / "landing"))
-    reader = PartitionReader(db, ChangeStreamQuery("Everything", heartbeat_millis=500), PartitionMetadataStore(metadata_database, f"Read{db.database_id.replace('-', '')}"))
-    LocalRunner(reader, lambda b: landing.write("Everything", partition_key(b.partition_token, b.query_start), b), timedelta(seconds=5)).run(start, end, 500)
+    reading = PartitionMetadataStore(metadata_database, f"Read{db.database_id.replace('-', '')}")
+    end = land_stream(db, ChangeStreamQuery("Everything", heartbeat_millis=500), reading, start, landing)
     lake = Lake(spark, str(tmp_path / "lake"))
 
     result = start_from_snapshot(lake, SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host), "Everything", store)
