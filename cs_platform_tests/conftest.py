@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 from google.cloud import spanner
@@ -27,6 +27,8 @@ from dagster import instance_for_test
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.dev.emulator import SpannerEmulator
+from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
+from cs_platform.landing.gcs import EMULATOR_SETTING, GcsAccess
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
 
 # PySpark hands TIMESTAMPs back as naive datetimes in the local time zone: the whole suite runs
@@ -39,12 +41,6 @@ PROJECT = "cs-platform-test"
 INSTANCE = "test-instance"
 
 _names = itertools.count(1)
-
-
-def start_after(committed: datetime) -> datetime:
-    """A stream start after a commit at ``committed``: on the emulator commit timestamps run ahead
-    of the host clock (EMULATOR.md), so ``utc_now()`` just after a commit can still precede it."""
-    return max(utc_now(), committed + timedelta(microseconds=1))
 
 
 @pytest.fixture(scope="session")
@@ -99,11 +95,29 @@ def _quiet_grpc_logs():
 
 
 @pytest.fixture(scope="session")
-def spark():
+def gcs_endpoint(tmp_path_factory) -> Iterator[str]:
+    """One GCS emulator (fake-gcs-server) for the test session; tests make buckets of their own."""
+    with gcs_emulator(tmp_path_factory.mktemp("gcs")) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def gcs_bucket(gcs_endpoint, monkeypatch) -> str:
+    """A new bucket on the session's GCS emulator, as ``gs://<bucket>``, with STORAGE_EMULATOR_HOST
+    pointing at the emulator for this test."""
+    bucket = f"bucket-{os.getpid()}-{next(_names)}"
+    create_bucket(gcs_endpoint, bucket)
+    monkeypatch.setenv(EMULATOR_SETTING, gcs_endpoint)
+    return f"gs://{bucket}"
+
+
+@pytest.fixture(scope="session")
+def spark(gcs_endpoint):
     """One Spark session with Delta for the whole test session: local (it takes ~10 s to start; the
-    first start on a machine downloads delta-spark's jars from Maven Central into ~/.ivy2.5.2), or a
-    client of the Spark Connect server at CS_PLATFORM_SPARK_REMOTE when that is set (one process is
-    either: PySpark's functions follow the session kind; see test_spark_connect)."""
+    first start on a machine downloads delta-spark's jars and the GCS connector from Maven Central
+    into ~/.ivy2.5.2) with gs:// served by the session's GCS emulator, or a client of the Spark
+    Connect server at CS_PLATFORM_SPARK_REMOTE when that is set (one process is either: PySpark's
+    functions follow the session kind; see test_spark_connect)."""
     from cs_platform.lake.spark import REMOTE_SETTING, delta_spark_session, lake_spark_config
 
     if os.environ.get(REMOTE_SETTING):
@@ -111,7 +125,7 @@ def spark():
 
         session = spark_session_from_config(lake_spark_config("", os.environ[REMOTE_SETTING]))
     else:
-        session = delta_spark_session("cs_platform_tests", master="local[2]")
+        session = delta_spark_session("cs_platform_tests", master="local[2]", storage=GcsAccess(gcs_endpoint))
     yield session
     session.stop()
 

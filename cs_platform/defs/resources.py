@@ -27,7 +27,8 @@ from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import source_identity
 from cs_platform import settings
-from cs_platform.lake.spark import check_remote, lake_spark_config
+from cs_platform.lake.spark import check_reachable, lake_spark_config
+from cs_platform.landing.gcs import storage_for
 from cs_platform.settings import env_name
 
 
@@ -157,17 +158,16 @@ class LakeResource(ConfigurableResource):
 
 class SparkResource(PySparkResource):
     """dagster-pyspark's session with Delta (``lake_spark_config``): on the Spark Connect server of
-    ``spark.remote`` when set (a long-lived JVM, checked to answer first: the client alone would
-    retry for minutes), else a driver in the run's process."""
+    ``spark.remote`` when set (a long-lived JVM), else a driver in the run's process, local or on a
+    cluster's master. A server or master is checked to answer first: Spark alone would retry for
+    minutes."""
 
     @classmethod
     def _is_dagster_maintained(cls) -> bool:
         return False
 
     def setup_for_execution(self, context) -> None:
-        remote = self.spark_config.get("spark.remote")
-        if remote:
-            check_remote(remote)
+        check_reachable(self.spark_config)
         super().setup_for_execution(context)
 
 
@@ -214,10 +214,11 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
         emulator_host=settings.value(environ, "SPANNER_EMULATOR_HOST"),
         timeout_seconds=settings.value(environ, "CS_PLATFORM_SPANNER_TIMEOUT_SECONDS"),
     )
+    landing_root, lake_root = settings.value(environ, "CS_PLATFORM_LANDING_ROOT"), settings.value(environ, "CS_PLATFORM_LAKE_ROOT")
     resources: dict = {
-        "landing": LandingResource(root=settings.value(environ, "CS_PLATFORM_LANDING_ROOT")),
+        "landing": LandingResource(root=landing_root),
         "lake": LakeResource(
-            root=settings.value(environ, "CS_PLATFORM_LAKE_ROOT"),
+            root=lake_root,
             max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
             untyped_values=settings.value(environ, "CS_PLATFORM_UNTYPED_VALUES"),
             kept_cuts=settings.value(environ, "CS_PLATFORM_LAKE_KEPT_CUTS"),
@@ -225,7 +226,9 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
         ),
         "pyspark": SparkResource(
             spark_config=lake_spark_config(
-                settings.value(environ, "CS_PLATFORM_SPARK_MASTER"), settings.value(environ, "CS_PLATFORM_SPARK_REMOTE") or ""
+                settings.value(environ, "CS_PLATFORM_SPARK_MASTER"),
+                settings.value(environ, "CS_PLATFORM_SPARK_REMOTE") or "",
+                storage_for([landing_root, lake_root], environ),
             )
         ),
     }

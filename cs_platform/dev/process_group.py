@@ -12,7 +12,37 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from cs_platform.dev.deadline import Deadline
+
+
+class ServerStartError(RuntimeError):
+    """A server we started exited, or did not listen in time; the message carries the end of its log."""
+
+
+def start_server(
+    command: Sequence[str], port: int, log_path: Path, what: str, timeout_s: float = 60,
+    env: Mapping[str, str] | None = None, **popen: Any,
+) -> subprocess.Popen:
+    """Start ``command`` in a session of its own, output to ``log_path``, and return once it listens
+    on 127.0.0.1:``port`` (a deadline scaled by the machine's load); stop it and raise
+    :class:`ServerStartError` naming ``what`` otherwise."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, **popen)
+    deadline = Deadline(timeout_s)
+    if wait_until_listening(process, port, deadline.expired):
+        return process
+    if process.poll() is not None:
+        raise ServerStartError(f"{what} exited with {process.returncode} while starting:\n{tail(log_path)}")
+    stop_process_group(process, grace_s=5)
+    raise ServerStartError(f"{what} did not listen on port {port} within {deadline.describe()}:\n{tail(log_path)}")
+
+
+def tail(path: Path, lines: int = 20) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def wait_until_listening(process: subprocess.Popen, port: int, expired: Callable[[], bool]) -> bool:

@@ -18,23 +18,19 @@ from typing import Iterator
 
 import pyspark
 
-from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.emulator import free_loopback_port
-from cs_platform.dev.process_group import stop_process_group, wait_until_listening
+from cs_platform.dev.process_group import start_server, stop_process_group
 from cs_platform.lake.delta import quoted
 from cs_platform.lake.spark import delta_spark_config
+from cs_platform.landing.gcs import GcsAccess
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
-class SparkConnectStartError(RuntimeError):
-    """The server exited or did not listen in time; the message carries the end of its log."""
-
-
-def server_command(port: int, master: str) -> list[str]:
+def server_command(port: int, master: str, storage: GcsAccess | None = None) -> list[str]:
     spark_home = Path(pyspark.__file__).parent
     conf = {
-        **delta_spark_config(master, "cs_platform_spark_connect"),
+        **delta_spark_config(master, "cs_platform_spark_connect", storage=storage),
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
     }
@@ -42,7 +38,9 @@ def server_command(port: int, master: str) -> list[str]:
 
 
 @contextmanager
-def spark_connect_server(log_path: Path, master: str = "local[*]", start_timeout_s: float = 180) -> Iterator[str]:
+def spark_connect_server(
+    log_path: Path, master: str = "local[*]", start_timeout_s: float = 180, storage: GcsAccess | None = None
+) -> Iterator[str]:
     """Run a Spark Connect server until exit; yields its ``sc://127.0.0.1:<port>`` address. The first
     start may resolve Delta's jars from Maven Central (then cached in ~/.ivy2.5.2)."""
     port = free_loopback_port()
@@ -52,18 +50,9 @@ def spark_connect_server(log_path: Path, master: str = "local[*]", start_timeout
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
     }
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            server_command(port, master), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+    process = start_server(server_command(port, master, storage), port, log_path, "the Spark Connect server", start_timeout_s, env)
     warm_up = None
     try:
-        deadline = Deadline(start_timeout_s)
-        if not wait_until_listening(process, port, deadline.expired):
-            if process.poll() is not None:
-                raise SparkConnectStartError(f"the Spark Connect server exited with {process.returncode}:\n{_tail(log_path)}")
-            raise SparkConnectStartError(f"the Spark Connect server did not listen on port {port} within {deadline.describe()}:\n{_tail(log_path)}")
         remote = f"sc://127.0.0.1:{port}"
         # A cold JVM runs its first Delta MERGE several times slower: warm it while the first
         # partitions are still being read (in a process of its own: one process is either a
@@ -95,10 +84,3 @@ def warm(remote: str, directory: str) -> None:
         spark.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
-
-def _tail(path: Path, lines: int = 20) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-if __name__ == "__main__":
-    warm(sys.argv[1], sys.argv[2])

@@ -22,9 +22,14 @@ from delta import configure_spark_with_delta_pip
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from cs_platform.lake.gcs_connector import gcs_spark_config
+from cs_platform.landing.gcs import GcsAccess
+
 log = logging.getLogger(__name__)
 
 REMOTE_SETTING = "CS_PLATFORM_SPARK_REMOTE"
+MASTER_SETTING = "CS_PLATFORM_SPARK_MASTER"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -37,52 +42,73 @@ DELTA_CONF = {
 }
 
 
-def delta_spark_config(master: str = "local[*]", app_name: str = "cs_platform", extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def delta_spark_config(
+    master: str = "local[*]", app_name: str = "cs_platform", extra: Mapping[str, str] | None = None, storage: GcsAccess | None = None
+) -> dict[str, str]:
+    """Delta's jars and settings, plus the GCS connector when ``storage`` says gs:// is used."""
     builder = configure_spark_with_delta_pip(SparkSession.builder)
     packages = builder._options["spark.jars.packages"]  # what the helper asked Maven for
-    if master.startswith("local"):
-        # Local sessions bind to loopback only (the machine's other addresses are not ours to use).
+    if master.startswith("local") or _master_host(master) in LOOPBACK_HOSTS:
+        # A driver of a local session or of a cluster on this machine binds to loopback only (the
+        # machine's other addresses are not ours to use).
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         # Python tasks (the snapshot's reads) run in this interpreter's environment, which has the
         # Spanner client; Spark would otherwise start whatever "python3" is on the PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return {"spark.master": master, "spark.app.name": app_name, "spark.jars.packages": packages, **DELTA_CONF, **(extra or {})}
+    gcs = gcs_spark_config(storage) if storage is not None else {}
+    return {"spark.master": master, "spark.app.name": app_name, "spark.jars.packages": packages, **DELTA_CONF, **gcs, **(extra or {})}
+
+
+def _master_host(master: str) -> str:
+    return master.removeprefix("spark://").split(",", 1)[0].rsplit(":", 1)[0] if master.startswith("spark://") else ""
 
 
 class SparkUnreachableError(ConnectionError):
-    """The configured Spark Connect server does not answer (the client itself would retry for minutes)."""
+    """The configured Spark Connect server or cluster master does not answer (Spark itself would
+    retry for minutes)."""
 
 
-def lake_spark_config(master: str, remote: str = "") -> dict[str, str]:
+def lake_spark_config(master: str, remote: str = "", storage: GcsAccess | None = None) -> dict[str, str]:
     """The session settings of the lake: a Spark Connect client when ``remote`` is set (the server
-    carries Delta's jars and settings), else an in-process driver with Delta's jars."""
+    carries Delta's jars and settings, and the GCS connector's), else a driver in this process with
+    Delta's jars, on ``master`` (local, or a cluster: ``spark://host:port``)."""
     if remote:
         return {"spark.remote": remote, "spark.sql.session.timeZone": "UTC"}
-    return delta_spark_config(master)
+    return delta_spark_config(master, storage=storage)
 
 
-def check_remote(remote: str, timeout_s: float = 10) -> None:
-    """Fail within ``timeout_s`` if nothing listens at ``remote`` (``sc://host:port[/;params]``)."""
-    address = remote.removeprefix("sc://").split("/", 1)[0].split(";", 1)[0]
+def check_reachable(spark_config: Mapping[str, str], timeout_s: float = 10) -> None:
+    """Fail within ``timeout_s``, naming the setting, if the Spark Connect server or the standalone
+    master the session would use does not listen (``spark://`` masters of a cluster with several
+    masters are checked at their first address)."""
+    remote, master = spark_config.get("spark.remote", ""), spark_config.get("spark.master", "")
+    if remote:
+        setting, url, scheme, hint = REMOTE_SETTING, remote, "sc", "start it (make dev starts one), fix {setting}, or unset it to run Spark in process"
+    elif master.startswith("spark://"):
+        setting, url, scheme, hint = MASTER_SETTING, master, "spark", "start the cluster (make stack starts one), or fix {setting}"
+    else:
+        return
+    address = url.removeprefix(f"{scheme}://").split("/", 1)[0].split(";", 1)[0].split(",", 1)[0]
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise SparkUnreachableError(f"{REMOTE_SETTING}={remote!r} is not sc://host:port: fix the setting, or unset it to run Spark in process")
+        raise SparkUnreachableError(f"{setting}={url!r} is not {scheme}://host:port: fix the setting")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as e:
-        raise SparkUnreachableError(
-            f"no Spark Connect server answers at {remote} ({e}): start it (make dev starts one), fix "
-            f"{REMOTE_SETTING}, or unset it to run Spark in process"
-        ) from e
+        raise SparkUnreachableError(f"nothing answers at {setting}={url} ({e}): {hint.format(setting=setting)}") from e
 
 
 def delta_spark_session(
-    app_name: str = "cs_platform", master: str = "local[*]", extra: Mapping[str, str] | None = None, jvm_log: Path | None = None
+    app_name: str = "cs_platform",
+    master: str = "local[*]",
+    extra: Mapping[str, str] | None = None,
+    jvm_log: Path | None = None,
+    storage: GcsAccess | None = None,
 ) -> SparkSession:
     """A Spark session with Delta. ``jvm_log``: send the JVM's own output (Ivy resolution, log4j)
     there instead of the console, for tools whose console shows only their progress."""
     builder = SparkSession.builder
-    for key, value in delta_spark_config(master, app_name, extra).items():
+    for key, value in delta_spark_config(master, app_name, extra, storage).items():
         builder = builder.config(key, value)
     with _output_to(jvm_log):
         try:

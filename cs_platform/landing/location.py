@@ -5,7 +5,11 @@ pyarrow's filesystems, with the one write primitive landing and markers need.
 
 - local directories: write a temporary file in the target directory, fsync it, rename it into
   place (atomic on POSIX), fsync the directory, so the file survives a machine crash too;
-- object stores: a single-object upload, which becomes visible only when complete.
+- object stores: the file is serialized in memory first, then sent as a single-object upload,
+  which becomes visible only when complete (a failure while serializing sends nothing at all).
+
+``gs://`` roots are reached as ``cs_platform.landing.gcs`` says: an emulator endpoint, or Cloud
+Storage with credentials that are checked before the first object is touched.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pyarrow as pa
 from pyarrow import fs as pafs
 
 from cs_platform.changestream.errors import InvalidArgumentError
+from cs_platform.landing.gcs import GcsAccess
 
 
 class Location:
@@ -30,6 +35,10 @@ class Location:
         self.is_local = "://" not in root or root.startswith("file://")
         if self.is_local:
             self.filesystem, self.base = pafs.LocalFileSystem(), str(Path(root.removeprefix("file://")).resolve())
+        elif self.root.startswith("gs://"):
+            access = GcsAccess.from_environment()
+            access.check(setting, root)
+            self.filesystem, self.base = access.filesystem(), self.root.removeprefix("gs://")
         else:
             try:
                 self.filesystem, self.base = pafs.FileSystem.from_uri(self.root)
@@ -54,16 +63,19 @@ class Location:
         if self.is_local:
             _write_local(path, write)
         else:
-            self.filesystem.create_dir(path.rsplit("/", 1)[0], recursive=True)
+            buffer = pa.BufferOutputStream()
+            write(buffer)
             with self.filesystem.open_output_stream(path) as out:
-                write(out)
+                out.write(buffer.getvalue())
         return self.filesystem.get_file_info(path).size
 
     def delete_tree(self, directory: str) -> bool:
         """Remove ``directory`` and everything under it; False if it did not exist."""
         if not self.exists(directory):
             return False
-        self.filesystem.delete_dir(directory)
+        self.filesystem.delete_dir_contents(directory, missing_dir_ok=True)
+        if self.exists(directory):  # an object store may have no marker object for the directory itself
+            self.filesystem.delete_dir(directory)
         return True
 
     def check_writable(self, directory: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.spark_connect import spark_connect_server
-from cs_platform.lake.spark import REMOTE_SETTING, SparkUnreachableError, check_remote
+from cs_platform.lake.spark import MASTER_SETTING, REMOTE_SETTING, SparkUnreachableError, check_reachable
 
 CUT_TESTS = Path(__file__).with_name("test_cuts.py")
 
@@ -28,11 +28,12 @@ def test_the_cut_tests_pass_on_a_spark_connect_server(tmp_path):
     assert " passed" in result.stdout and " failed" not in result.stdout
 
 
-def test_an_unreachable_server_fails_fast_naming_the_setting():
-    remote = f"sc://127.0.0.1:{free_loopback_port()}"  # nothing listens there
+@pytest.mark.parametrize("key, setting, url", [("spark.remote", REMOTE_SETTING, "sc"), ("spark.master", MASTER_SETTING, "spark")])
+def test_an_unreachable_server_or_master_fails_fast_naming_the_setting(key, setting, url):
+    address = f"{url}://127.0.0.1:{free_loopback_port()}"  # nothing listens there
     began = time.monotonic()
-    with pytest.raises(SparkUnreachableError, match=rf"no Spark Connect server answers at {remote}.*{REMOTE_SETTING}"):
-        check_remote(remote)
+    with pytest.raises(SparkUnreachableError, match=rf"nothing answers at {setting}={address}"):
+        check_reachable({key: address})
     assert time.monotonic() - began < 30
-    with pytest.raises(SparkUnreachableError, match=rf"{REMOTE_SETTING}='spark://x:1' is not sc://host:port"):
-        check_remote("spark://x:1")
+    with pytest.raises(SparkUnreachableError, match=rf"{setting}='{url}://x' is not {url}://host:port"):
+        check_reachable({key: f"{url}://x"})
