@@ -18,7 +18,7 @@ from google.cloud.spanner_v1 import JsonObject
 from cs_platform.definitions import build_definitions
 from cs_platform.lake.types import utc
 from cs_platform.pipeline import stream_cut
-from cs_platform_tests.conftest import start_after
+from cs_platform.dev.workload import start_after
 
 DDL = [
     """CREATE TABLE `Order` (

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from google.cloud import spanner
 from google.cloud.spanner_admin_database_v1 import DatabaseDialect
@@ -98,6 +98,12 @@ class CommittedTransaction:
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+def start_after(committed: datetime) -> datetime:
+    """A stream start after a commit at ``committed``: on the emulator commit timestamps run ahead
+    of the host clock (EMULATOR.md), so the host's "now" just after a commit can still precede it."""
+    return max(_now(), committed + timedelta(microseconds=1))
 
 
 def key_json(**keys: str) -> str:

@@ -23,7 +23,7 @@ from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform.dev.oracle import committed, landed
-from cs_platform_tests.conftest import start_after
+from cs_platform.dev.workload import start_after
 from cs_platform_tests.defs.processes import SENSOR
 
 WINDOW_SECONDS = 60

@@ -26,7 +26,8 @@ from cs_platform.landing.store import LandingStore
 from cs_platform.defs.lake_assets import mirrors_match_source
 from cs_platform.pipeline import start_from_snapshot, take_snapshot
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
-from cs_platform_tests.conftest import INSTANCE, PROJECT, start_after
+from cs_platform.dev.workload import start_after
+from cs_platform_tests.conftest import INSTANCE, PROJECT
 
 
 def land_stream(db, query: ChangeStreamQuery, store: PartitionMetadataStore, start, landing: LandingStore):

@@ -1,0 +1,149 @@
+"""`make stack`: the production shape on this machine, every part real and on loopback.
+
+- Spanner: the emulator with the bank database (partitions churn every 20 s);
+- object storage: landing and lake on ``gs://`` through a GCS emulator (fake-gcs-server);
+- Spark: a standalone cluster (a master and a worker); each lake run's driver sends its tasks,
+  the snapshot's reads included, to executor processes;
+- Dagster: an instance on PostgreSQL, with ``dagster-daemon`` (sensors, run queue with the tag
+  concurrency limits, run monitoring) and ``dagster-webserver`` as separate processes.
+
+Only the configuration differs from `make dev`: ``STORAGE_EMULATOR_HOST``, ``CS_PLATFORM_*_ROOT``,
+``CS_PLATFORM_SPARK_MASTER`` and ``dagster.yaml``'s storage. The test of this stack
+(``test_production_stack``) runs the same :func:`production_stack`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import threading
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Iterator
+
+from cs_platform.changestream.metadata import utc_now
+from cs_platform.dev.dagster_dev import REPO
+from cs_platform.dev.embedded import DAGSTER_YAML, EmbeddedBank, embedded_bank
+from cs_platform.dev.emulator import free_loopback_port
+from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
+from cs_platform.dev.postgres import postgres_server
+from cs_platform.dev.process_group import start_server, stop_process_group
+from cs_platform.dev.serve import DEV_SETTINGS
+from cs_platform.dev.spark_cluster import spark_cluster
+from cs_platform.dev.workload import BankWorkload, start_after
+from cs_platform.landing.gcs import EMULATOR_SETTING
+
+log = logging.getLogger("cs_platform.stack")
+
+BUCKET = "cs-platform"
+
+
+@dataclass(frozen=True)
+class Stack:
+    bank: EmbeddedBank
+    gcs_endpoint: str
+    spark_master: str
+    postgres_url: str
+    webserver: str
+    daemon: subprocess.Popen
+    workload: BankWorkload  # its commit log: the accounts and transfers before the start, then any later
+    start: datetime  # the stream's start: the snapshot's time
+    spark_events: Path  # Spark's event logs of the lake runs (which executor ran which task)
+
+    @property
+    def landing_root(self) -> str:
+        return f"gs://{BUCKET}/landing"
+
+    @property
+    def lake_root(self) -> str:
+        return f"gs://{BUCKET}/lake"
+
+
+def dagster_yaml(postgres_url: str) -> str:
+    """make dev's instance settings, with every storage (runs, events, schedules) on PostgreSQL."""
+    return f"{DAGSTER_YAML}storage:\n  postgres:\n    postgres_url: {postgres_url}\n"
+
+
+@contextmanager
+def production_stack(workdir: Path, accounts: int = 20, before_start: int = 300, gcs: str | None = None) -> Iterator[Stack]:
+    """Start every part, open ``accounts`` accounts and commit ``before_start`` transfers, start the
+    stream after them (its first cut is their snapshot), point the environment at the parts (for the
+    daemon, the webserver and their run processes), and stop each by its PID on exit. ``gcs``: a
+    GCS emulator that is already running (the tests'), instead of a new one."""
+    with ExitStack() as stack:
+        bank = stack.enter_context(embedded_bank(workdir, partition_alive_seconds=20))
+        workload = BankWorkload(bank.bank)
+        workload.run(accounts=accounts, transfers=before_start, progress_every=0)
+        start = start_after(workload.committed[-1].commit_timestamp) if workload.committed else utc_now()
+        if gcs is None:
+            gcs = stack.enter_context(gcs_emulator(workdir / "gcs", buckets=(BUCKET,)))
+        else:
+            create_bucket(gcs, BUCKET)
+        master = stack.enter_context(spark_cluster(workdir / "spark"))
+        postgres = stack.enter_context(postgres_server(workdir))
+        (bank.dagster_home / "dagster.yaml").write_text(dagster_yaml(postgres))
+        # Spark's own way to add settings to every driver: spark-defaults.conf in SPARK_CONF_DIR.
+        # Here: event logs, so the test (and a person, in the history they keep) sees the executors' work.
+        events = workdir / "spark-events"
+        events.mkdir(parents=True, exist_ok=True)
+        (workdir / "spark-conf").mkdir(exist_ok=True)
+        (workdir / "spark-conf" / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events.resolve()}\n")
+        os.environ.update(
+            {
+                "SPARK_CONF_DIR": str((workdir / "spark-conf").resolve()),
+                EMULATOR_SETTING: gcs,
+                "CS_PLATFORM_LANDING_ROOT": f"gs://{BUCKET}/landing",
+                "CS_PLATFORM_LAKE_ROOT": f"gs://{BUCKET}/lake",
+                "CS_PLATFORM_SPARK_MASTER": master,
+                "CS_PLATFORM_START_TIMESTAMP": start.isoformat(),
+                **DEV_SETTINGS,
+            }
+        )
+        port = free_loopback_port()
+        webserver = start_server(
+            [sys.executable, "-m", "dagster_webserver", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            port, workdir / "dagster-webserver.log", "dagster-webserver", timeout_s=180, cwd=REPO,
+        )
+        stack.callback(stop_process_group, webserver)
+        with open(workdir / "dagster-daemon.log", "ab") as daemon_log:
+            daemon = subprocess.Popen(
+                [sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"],
+                cwd=REPO, stdout=daemon_log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        stack.callback(stop_process_group, daemon)
+        yield Stack(bank, gcs, master, postgres, f"http://127.0.0.1:{port}", daemon, workload, start, events)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--writes-per-second", type=float, default=10)
+    parser.add_argument("--workdir", type=Path, default=Path(".stack"))
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("google").setLevel(logging.WARNING)
+    print("starting the Spanner emulator, a GCS emulator, a Spark cluster, PostgreSQL, dagster-webserver and dagster-daemon ...")
+    with production_stack(args.workdir) as stack:
+        writer = stack.workload.run_until
+        threading.Thread(target=writer, args=(utc_now() + timedelta(days=1), args.writes_per_second), kwargs={"accounts": 0}, daemon=True).start()
+        print(
+            f"\nDagster UI:     {stack.webserver}\n"
+            f"Spark master:   {stack.spark_master}\n"
+            f"GCS emulator:   {stack.gcs_endpoint} (landing {stack.landing_root}, lake {stack.lake_root})\n"
+            f"PostgreSQL:     {stack.postgres_url}\n"
+            f"Spanner:        {stack.bank.emulator.host} (a writer commits {args.writes_per_second:g} transfers a second)\n"
+            f"logs in {args.workdir}/; Ctrl-C stops everything\n"
+        )
+        try:
+            stack.daemon.wait()
+            print(f"dagster-daemon exited with {stack.daemon.returncode}: see {args.workdir}/dagster-daemon.log")
+        except KeyboardInterrupt:
+            print("stopping ...")
+
+
+if __name__ == "__main__":
+    main()
