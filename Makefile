@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo dev bench setup check-emulator clean
+.PHONY: test demo dev stack bench setup check-emulator clean
 
 setup: $(STAMP)
 
@@ -27,6 +27,11 @@ demo: setup check-emulator
 dev: setup check-emulator
 	$(PY) -m cs_platform.dev.serve
 
+# The production shape on this machine: gs:// on a GCS emulator, a Spark standalone cluster,
+# Dagster on PostgreSQL with dagster-daemon and dagster-webserver as separate processes.
+stack: setup check-emulator
+	$(PY) -m cs_platform.dev.stack
+
 bench: setup check-emulator
 	$(PY) bench/reader_throughput.py
 	$(PY) bench/live_tail_latency.py
@@ -37,4 +42,4 @@ bench: setup check-emulator
 	$(PY) bench/freshness.py
 
 clean:
-	rm -rf $(VENV) .demo .dev .pytest_cache
+	rm -rf $(VENV) .demo .dev .stack .pytest_cache

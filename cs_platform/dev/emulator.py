@@ -7,7 +7,6 @@ answers gRPC, and stop it by the PID we started: never any other process.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import shutil
@@ -18,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cs_platform.dev.process_group import wait_until_listening
+from cs_platform.dev.process_group import die_with_parent, wait_until_listening
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +99,7 @@ class SpannerEmulator:
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
             self.process = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
             )
         finally:
             if self.log_path:
@@ -138,13 +137,3 @@ class SpannerEmulator:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to SIGTERM the emulator when the process that started it
-    dies, so a killed test run or demo never leaves an emulator behind. No-op elsewhere."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:
-        return
-    PR_SET_PDEATHSIG = 1
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -7,7 +7,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from cs_platform.dev.workload import BankWorkload
+from google.cloud.spanner_v1.database import Database
+
+from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
+from cs_platform.lake.cuts import Lake
+from cs_platform.lake.types import utc
 from cs_platform.landing.rows import IDENTITY
 from cs_platform.landing.store import LandingStore
 
@@ -35,6 +39,20 @@ def landed(store: LandingStore, stream: str) -> Landed:
     return Landed(Counter(unique.values()), len(rows) - len(unique), len(store.files(stream)), dict(records_per_txn), expected)
 
 
+def changelog_mods(lake: Lake, upto: datetime) -> tuple[Counter, int]:
+    """The changelog's mods committed up to ``upto``, as :func:`landed` counts them, and how many
+    rows repeat an identity (the changelog must hold each change once)."""
+    table = lake.changelog.table()
+    repeated = table.groupBy(*IDENTITY).count().where("count > 1").count()
+    rows = table.select("table_name", "keys", "mod_type", "commit_timestamp").collect()
+    mods = Counter(
+        (r.table_name, json.dumps(json.loads(r.keys), sort_keys=True), r.mod_type, utc(r.commit_timestamp))
+        for r in rows
+        if utc(r.commit_timestamp) <= upto
+    )
+    return mods, repeated
+
+
 def committed(workload: BankWorkload, end: datetime, start: datetime | None = None) -> Counter:
     """Every mod the workload committed from the stream's start to its end timestamp (the stream
     reads no other; earlier commits reach the lake through the snapshot)."""
@@ -44,3 +62,33 @@ def committed(workload: BankWorkload, end: datetime, start: datetime | None = No
         if t.commit_timestamp <= end and (start is None or t.commit_timestamp >= start)
         for m in t.mods
     )
+
+
+def bank_source_at(database: Database, cut: datetime) -> tuple[dict, dict]:
+    """Accounts (id -> balance) and Transfers (id -> from, to, amount) read from Spanner at ``cut``."""
+    with database.snapshot(read_timestamp=cut) as snapshot:
+        accounts = {r[0]: r[1] for r in snapshot.execute_sql("SELECT AccountId, Balance FROM Accounts")}
+    with database.snapshot(read_timestamp=cut) as snapshot:
+        transfers = {r[0]: tuple(r[1:]) for r in snapshot.execute_sql("SELECT TransferId, FromAccount, ToAccount, Amount FROM Transfers")}
+    return accounts, transfers
+
+
+def check_bank_cut(lake: Lake, database: Database, cut: datetime) -> None:
+    """The bank oracle at one published cut (AssertionError naming the cut otherwise):
+
+    - the Accounts mirror sums to 1000 x accounts (no transfer is half visible);
+    - each balance equals 1000 + incoming - outgoing by the Transfers mirror at the same cut (the two
+      tables agree: a transaction is visible across tables entirely or not at all);
+    - both mirrors equal the source read at the cut timestamp (TIMESTAMP columns are left out: the
+      emulator truncates them, see shared/EMULATOR.md).
+    """
+    mirrors = lake.mirrors_at_cut(cut)
+    accounts = {r.AccountId: r.Balance for r in mirrors["Accounts"].collect()} if "Accounts" in mirrors else {}
+    transfers = {r.TransferId: (r.FromAccount, r.ToAccount, r.Amount) for r in mirrors["Transfers"].collect()} if "Transfers" in mirrors else {}
+    assert sum(accounts.values()) == INITIAL_BALANCE * len(accounts), f"cut {cut}: money created or lost"
+    flow: dict[str, int] = defaultdict(int)
+    for source, target, amount in transfers.values():
+        flow[source] -= amount
+        flow[target] += amount
+    assert all(balance == INITIAL_BALANCE + flow[a] for a, balance in accounts.items()), f"cut {cut}: tables disagree"
+    assert (accounts, transfers) == bank_source_at(database, cut), f"cut {cut}: mirror != source"

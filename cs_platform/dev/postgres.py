@@ -55,7 +55,10 @@ def postgres_server(workdir: Path, database: str = "dagster") -> Iterator[str]:
         check=True, capture_output=True, timeout=120, **account,
     )
     port = free_loopback_port()
-    command = [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port), "-k", str(home), "-c", "fsync=off"]
+    command = [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port), "-k", str(home), "-c", "fsync=off",
+               # dagster-postgres reads the server's now() as UTC: in any other zone a run is hours old
+               # at birth, and the partition sensor presumes it dead (seen with TZ=America/Los_Angeles).
+               "-c", "timezone=UTC"]
     server = start_server(command, port, workdir / "postgres.log", "PostgreSQL", **account)
     try:
         subprocess.run(

@@ -7,6 +7,7 @@ escalates to SIGKILL of the group after a grace period.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -28,10 +29,13 @@ def start_server(
 ) -> subprocess.Popen:
     """Start ``command`` in a session of its own, output to ``log_path``, and return once it listens
     on 127.0.0.1:``port`` (a deadline scaled by the machine's load); stop it and raise
-    :class:`ServerStartError` naming ``what`` otherwise."""
+    :class:`ServerStartError` naming ``what`` otherwise. The server gets SIGTERM if this process
+    dies first (``die_with_parent``), so a killed test or tool leaves no server behind."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(list(command), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, **popen)
+        process = subprocess.Popen(
+            list(command), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent, **popen
+        )
     deadline = Deadline(timeout_s)
     if wait_until_listening(process, port, deadline.expired):
         return process
@@ -69,3 +73,14 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 30) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGTERM the child when the process that started it
+    dies. No-op elsewhere."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    except OSError:
+        return
+    PR_SET_PDEATHSIG = 1
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -32,7 +33,7 @@ from cs_platform.dev.embedded import DAGSTER_YAML, EmbeddedBank, embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
 from cs_platform.dev.postgres import postgres_server
-from cs_platform.dev.process_group import start_server, stop_process_group
+from cs_platform.dev.process_group import die_with_parent, start_server, stop_process_group
 from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.spark_cluster import spark_cluster
 from cs_platform.dev.workload import BankWorkload, start_after
@@ -92,7 +93,10 @@ def production_stack(workdir: Path, accounts: int = 20, before_start: int = 300,
         events = workdir / "spark-events"
         events.mkdir(parents=True, exist_ok=True)
         (workdir / "spark-conf").mkdir(exist_ok=True)
-        (workdir / "spark-conf" / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events.resolve()}\n")
+        (workdir / "spark-conf" / "spark-defaults.conf").write_text((
+            f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events.resolve()}\n"
+            "spark.eventLog.compress false\nspark.eventLog.rolling.enabled false\n"  # one JSON file per run
+        ))
         os.environ.update(
             {
                 "SPARK_CONF_DIR": str((workdir / "spark-conf").resolve()),
@@ -113,7 +117,7 @@ def production_stack(workdir: Path, accounts: int = 20, before_start: int = 300,
         with open(workdir / "dagster-daemon.log", "ab") as daemon_log:
             daemon = subprocess.Popen(
                 [sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"],
-                cwd=REPO, stdout=daemon_log, stderr=subprocess.STDOUT, start_new_session=True,
+                cwd=REPO, stdout=daemon_log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
             )
         stack.callback(stop_process_group, daemon)
         yield Stack(bank, gcs, master, postgres, f"http://127.0.0.1:{port}", daemon, workload, start, events)
@@ -138,6 +142,7 @@ def main() -> None:
             f"Spanner:        {stack.bank.emulator.host} (a writer commits {args.writes_per_second:g} transfers a second)\n"
             f"logs in {args.workdir}/; Ctrl-C stops everything\n"
         )
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop the parts on SIGTERM too
         try:
             stack.daemon.wait()
             print(f"dagster-daemon exited with {stack.daemon.returncode}: see {args.workdir}/dagster-daemon.log")

@@ -2,40 +2,26 @@
 transfers before the stream's start T0, then transfers run while partitions split and merge, the
 sensor's runs land them, and cuts are applied at the low watermark while it all moves. The first cut
 is T0, the snapshot. At every cut in the manifest, T0 included, the mirrors are a consistent
-snapshot of the source:
-
-- the Accounts mirror sums to 1000 x accounts (no transfer is half visible);
-- each balance equals 1000 + incoming - outgoing by the Transfers mirror at the same cut (the two
-  tables agree: a transaction is visible across tables entirely or not at all);
-- both mirrors equal the source read at the cut timestamp (TIMESTAMP columns are left out: the
-  emulator truncates them, see shared/EMULATOR.md).
+snapshot of the source (``oracle.check_bank_cut``: balances sum up, the two tables agree, both
+equal the source read at the cut).
 """
 
 import threading
-from collections import defaultdict
 from datetime import timedelta
 
 from cs_platform.changestream.metadata import lineage
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.cutter import Cutter
 from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
+from cs_platform.dev.workload import BankWorkload
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
-from cs_platform.dev.oracle import committed, landed
+from cs_platform.dev.oracle import bank_source_at, check_bank_cut, committed, landed
 from cs_platform.dev.workload import start_after
 from cs_platform_tests.defs.processes import SENSOR
 
 WINDOW_SECONDS = 60
 BEFORE_START = 200  # transfers committed before the stream's start: only the snapshot brings them
-
-
-def source_at(database, cut):
-    with database.snapshot(read_timestamp=cut) as snapshot:
-        accounts = {r[0]: r[1] for r in snapshot.execute_sql("SELECT AccountId, Balance FROM Accounts")}
-    with database.snapshot(read_timestamp=cut) as snapshot:
-        transfers = {r[0]: tuple(r[1:]) for r in snapshot.execute_sql("SELECT TransferId, FromAccount, ToAccount, Amount FROM Transfers")}
-    return accounts, transfers
 
 
 def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_instance, spark, tmp_path):
@@ -64,17 +50,6 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
     assert len(cuts) >= 2 and crossed.splits >= 1 and crossed.merges >= 1
     assert cuts[0] == start, f"the first cut is {cuts[0]}, not the snapshot at the stream's start {start}"
     for cut in cuts:
-        mirrors = lake.mirrors_at_cut(cut)
-        accounts = {r.AccountId: r.Balance for r in mirrors["Accounts"].collect()} if "Accounts" in mirrors else {}
-        transfers = (
-            {r.TransferId: (r.FromAccount, r.ToAccount, r.Amount) for r in mirrors["Transfers"].collect()} if "Transfers" in mirrors else {}
-        )
-        assert sum(accounts.values()) == INITIAL_BALANCE * len(accounts), f"cut {cut}: money created or lost"
-        flow = defaultdict(int)
-        for source, target, amount in transfers.values():
-            flow[source] -= amount
-            flow[target] += amount
-        assert all(balance == INITIAL_BALANCE + flow[a] for a, balance in accounts.items()), f"cut {cut}: tables disagree"
-        assert (accounts, transfers) == source_at(bank_stream.bank, cut), f"cut {cut}: mirror != source"
-    final_accounts, final_transfers = source_at(bank_stream.bank, end)
+        check_bank_cut(lake, bank_stream.bank, cut)
+    final_accounts, final_transfers = bank_source_at(bank_stream.bank, end)
     assert len(final_transfers) > 500 + BEFORE_START and len(final_accounts) == 10
