@@ -3,7 +3,8 @@
 The real daemon evaluates the real sensors and launches real run processes (Dagster's default run
 launcher and queued run coordinator, with the tag concurrency limits of ``cs_platform.dev.embedded``):
 the partition sensor's reader runs, and the lake sensor's cuts, with nobody clicking. The lake must
-advance on its own (at least 3 cuts within 3 minutes, each a consistent bank), and the webserver
+advance on its own (the snapshot and a later cut, each a consistent bank; the production stack's test
+watches it longer), and the webserver
 must show the assets, sensors, dynamic partitions, run history, the mirrors' freshness policy and
 the checks' descriptions. Screenshots are left in the test's temp directory (never in git).
 """
@@ -101,16 +102,16 @@ def check_dagster_dev(tmp_path, spark):
             succeeded = RunsFilter(job_name="bank_stream_read_partition", statuses=[DagsterRunStatus.SUCCESS])
             wait_until(lambda: instance.get_runs_count(succeeded) >= 3, 240, "three sensor-launched runs")
             keys = instance.get_dynamic_partitions("bank_stream_partitions")
-            # The lake advances by itself: three applied cuts from lake-sensor runs within 3 minutes.
-            wait_until(lambda: len(cut_times(instance, started_at)) >= 3, 180, "three cuts applied by lake runs of the lake sensor")
-            print(f"3 cuts applied {time.monotonic() - started:.0f} s after dagster dev started; at {cut_times(instance, started_at)} s")
+            # The lake advances by itself: two applied cuts from lake-sensor runs within 3 minutes.
+            wait_until(lambda: len(cut_times(instance, started_at)) >= 2, 180, "two cuts applied by lake runs of the lake sensor")
+            print(f"2 cuts applied {time.monotonic() - started:.0f} s after dagster dev started; at {cut_times(instance, started_at)} s")
             lake_runs = instance.get_run_records(RunsFilter(job_name="bank_stream_lake"))
             durations = sorted(r.end_time - r.start_time for r in lake_runs if r.end_time and r.start_time)
             print(f"lake runs: {len(lake_runs)}, run seconds {[round(d) for d in durations]}")
             assert all(r.dagster_run.tags.get("dagster/sensor_name") == "bank_stream_lake_sensor" for r in lake_runs)
         assert "initial" in keys and len(keys) >= 3
         lake = Lake(spark, os.path.join(os.environ["CS_PLATFORM_LAKE_ROOT"], "BankStream"))
-        assert len(lake.cuts()) >= 3
+        assert len(lake.cuts()) >= 2
         for cut in lake.cuts():  # the first is the snapshot at the stream's start, before any account
             balances = [r.Balance for r in lake.mirrors_at_cut(cut)["Accounts"].collect()]
             assert sum(balances) == INITIAL_BALANCE * len(balances), f"cut {cut} is not a consistent bank"

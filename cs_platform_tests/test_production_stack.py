@@ -56,11 +56,13 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
             assert isinstance(instance.run_storage, PostgresRunStorage)
             runs = instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.SUCCESS]))
             by_sensor = {r.dagster_run.tags.get("dagster/sensor_name") for r in runs}
+            lake_runs = sorted(round(r.end_time - r.start_time) for r in runs if r.dagster_run.job_name == "bank_stream_lake")
         landing = landed(LandingStore(stack.landing_root), STREAM)
         in_changelog, repeated = changelog_mods(lake, cuts[-1])
         expected = committed(stack.workload, cuts[-1], stack.start)
         executors = task_executors(stack.spark_events)
         print(f"{len(stack.workload.committed)} transactions, {len(cuts)} cuts, {crossed}, {len(runs)} runs, executors {executors}")
+        print(f"lake runs on the cluster and GCS: run seconds {lake_runs}")
 
         assert by_sensor == {"bank_stream_partition_sensor", "bank_stream_lake_sensor"}
         assert crossed.splits >= 1 and crossed.merges >= 1

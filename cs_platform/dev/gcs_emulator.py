@@ -11,6 +11,7 @@ ours, so a test can look at them.
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
@@ -40,7 +41,9 @@ def fake_gcs_server_binary() -> Path:
 
 @contextmanager
 def gcs_emulator(workdir: Path, buckets: tuple[str, ...] = ("lake",)) -> Iterator[str]:
-    """Serve GCS on ``http://127.0.0.1:<port>`` with ``buckets`` created, objects under ``workdir``."""
+    """Serve GCS on ``http://127.0.0.1:<port>`` with ``buckets`` created, objects under ``workdir``
+    (emptied first: a new emulator run is a new source, and a lake binds to one)."""
+    shutil.rmtree(workdir / "objects", ignore_errors=True)
     port = free_loopback_port()
     endpoint = f"http://127.0.0.1:{port}"
     command = [
@@ -59,7 +62,7 @@ def gcs_emulator(workdir: Path, buckets: tuple[str, ...] = ("lake",)) -> Iterato
 
 def create_bucket(endpoint: str, bucket: str) -> None:
     """Create ``bucket`` through the JSON API, as ``gcloud storage buckets create`` would (one that
-    a previous run left in the emulator's directory is kept)."""
+    exists already is kept)."""
     request = urllib.request.Request(
         f"{endpoint}/storage/v1/b?project=cs-platform", data=json.dumps({"name": bucket}).encode(),
         headers={"Content-Type": "application/json"}, method="POST",

@@ -93,10 +93,10 @@ def production_stack(workdir: Path, accounts: int = 20, before_start: int = 300,
         events = workdir / "spark-events"
         events.mkdir(parents=True, exist_ok=True)
         (workdir / "spark-conf").mkdir(exist_ok=True)
-        (workdir / "spark-conf" / "spark-defaults.conf").write_text((
+        (workdir / "spark-conf" / "spark-defaults.conf").write_text(
             f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events.resolve()}\n"
             "spark.eventLog.compress false\nspark.eventLog.rolling.enabled false\n"  # one JSON file per run
-        ))
+        )
         os.environ.update(
             {
                 "SPARK_CONF_DIR": str((workdir / "spark-conf").resolve()),
@@ -108,18 +108,18 @@ def production_stack(workdir: Path, accounts: int = 20, before_start: int = 300,
                 **DEV_SETTINGS,
             }
         )
-        port = free_loopback_port()
-        webserver = start_server(
-            [sys.executable, "-m", "dagster_webserver", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-            port, workdir / "dagster-webserver.log", "dagster-webserver", timeout_s=180, cwd=REPO,
-        )
-        stack.callback(stop_process_group, webserver)
         with open(workdir / "dagster-daemon.log", "ab") as daemon_log:
             daemon = subprocess.Popen(
                 [sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"],
                 cwd=REPO, stdout=daemon_log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
             )
         stack.callback(stop_process_group, daemon)
+        port = free_loopback_port()
+        webserver = start_server(
+            [sys.executable, "-m", "dagster_webserver", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            port, workdir / "dagster-webserver.log", "dagster-webserver", timeout_s=180, cwd=REPO,
+        )
+        stack.callback(stop_process_group, webserver)
         yield Stack(bank, gcs, master, postgres, f"http://127.0.0.1:{port}", daemon, workload, start, events)
 
 
