@@ -39,6 +39,7 @@ bench: setup check-emulator
 	$(PY) bench/lake_apply.py
 	$(PY) bench/lake_cost.py
 	$(PY) bench/snapshot_throughput.py
+	$(PY) bench/lake_storage.py
 	$(PY) bench/freshness.py
 
 clean:

@@ -36,13 +36,17 @@ COLUMNS = (
 )
 
 
-def synthesize(root: Path, mods: int, keys: int, per_txn: int, files: int) -> tuple[list[str], datetime]:
+def synthesize(
+    root: Path | str, mods: int, keys: int, per_txn: int, files: int, after: datetime = T0, opens: bool = True
+) -> tuple[list[str], datetime]:
+    """Landing files under ``root`` with ``mods`` mods committed after ``after``: inserts of the
+    ``keys`` accounts first (when ``opens``), then updates of random ones."""
     rng = random.Random(7)
     store = LandingStore(str(root))
-    records, ts = [], T0
+    records, ts = [], after
     for start in range(0, mods, per_txn):
         ts += timedelta(milliseconds=1)
-        inserting = start < keys
+        inserting = opens and start < keys
         batch_mods = tuple(
             Mod({"AccountId": f"acct-{(start + i) if inserting else rng.randrange(keys):07d}"}, {"Balance": str(rng.randrange(10**6)), **({"Note": "opened"} if inserting else {})}, {})
             for i in range(min(per_txn, mods - start))

@@ -64,15 +64,52 @@ def wait_until_listening(process: subprocess.Popen, port: int, expired: Callable
 
 
 def stop_process_group(process: subprocess.Popen, grace_s: float = 30) -> None:
-    """SIGTERM the process group we started, SIGKILL it if it is still there after ``grace_s``."""
+    """SIGTERM the process group we started, SIGKILL it if it is still there after ``grace_s``;
+    then SIGKILL whatever it had started in sessions of their own (Dagster's code servers) and
+    left behind."""
     if process.poll() is not None:
         return
+    started = _descendants(process.pid)
     os.killpg(process.pid, signal.SIGTERM)
     try:
         process.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+    for pid, start_time in started.items():
+        if _start_time(pid) == start_time:  # the same process, not a new one with its PID
+            os.kill(pid, signal.SIGKILL)
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every live descendant of ``root``: PID -> start time (from /proc, Linux only)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parents[int(entry)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found: dict[int, str] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                start_time = _start_time(pid)
+                if start_time is not None:
+                    found[pid] = start_time
+                    frontier.append(pid)
+    return found
 
 
 def die_with_parent() -> None:
