@@ -67,9 +67,9 @@ def committed(workload: BankWorkload, end: datetime, start: datetime | None = No
 def bank_source_at(database: Database, cut: datetime) -> tuple[dict, dict]:
     """Accounts (id -> balance) and Transfers (id -> from, to, amount) read from Spanner at ``cut``."""
     with database.snapshot(read_timestamp=cut) as snapshot:
-        accounts = {r[0]: r[1] for r in snapshot.execute_sql("SELECT AccountId, Balance FROM Accounts")}
+        accounts = {r[0]: r[1] for r in snapshot.execute_sql("SELECT `AccountId`, `Balance` FROM `Accounts`")}
     with database.snapshot(read_timestamp=cut) as snapshot:
-        transfers = {r[0]: tuple(r[1:]) for r in snapshot.execute_sql("SELECT TransferId, FromAccount, ToAccount, Amount FROM Transfers")}
+        transfers = {r[0]: tuple(r[1:]) for r in snapshot.execute_sql("SELECT `TransferId`, `FromAccount`, `ToAccount`, `Amount` FROM `Transfers`")}
     return accounts, transfers
 
 

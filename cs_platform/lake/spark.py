@@ -60,7 +60,14 @@ def delta_spark_config(
 
 
 def _master_host(master: str) -> str:
-    return master.removeprefix("spark://").split(",", 1)[0].rsplit(":", 1)[0] if master.startswith("spark://") else ""
+    return _host_port(master, "spark")[0] if master.startswith("spark://") else ""
+
+
+def _host_port(url: str, scheme: str) -> tuple[str, str]:
+    """Host and port of ``scheme://host:port[,more hosts][/path][;params]`` (its first address)."""
+    address = url.removeprefix(f"{scheme}://").split("/", 1)[0].split(";", 1)[0].split(",", 1)[0]
+    host, _, port = address.rpartition(":")
+    return host, port
 
 
 class SparkUnreachableError(ConnectionError):
@@ -88,8 +95,7 @@ def check_reachable(spark_config: Mapping[str, str], timeout_s: float = 10) -> N
         setting, url, scheme, hint = MASTER_SETTING, master, "spark", "start the cluster (make stack starts one), or fix {setting}"
     else:
         return
-    address = url.removeprefix(f"{scheme}://").split("/", 1)[0].split(";", 1)[0].split(",", 1)[0]
-    host, _, port = address.rpartition(":")
+    host, port = _host_port(url, scheme)
     if not host or not port.isdigit():
         raise SparkUnreachableError(f"{setting}={url!r} is not {scheme}://host:port: fix the setting")
     try:
