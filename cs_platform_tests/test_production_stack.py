@@ -46,6 +46,7 @@ def task_executors(event_logs) -> dict[str, set[str]]:
 def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_path, spark, gcs_endpoint):
     with production_stack(tmp_path, accounts=10, before_start=100, gcs=gcs_endpoint) as stack:
         stack.workload.run_until(utc_now() + timedelta(seconds=WRITE_SECONDS), 10, accounts=0)
+        stack.await_webserver()  # it loads while the writer writes
         last_commit = stack.workload.committed[-1].commit_timestamp
         lake = Lake(spark, f"{stack.lake_root}/{STREAM}")
         wait_until(lambda: (lake.last_cut() or stack.start) >= last_commit, 600, "a cut past the last commit", poll_s=5)
@@ -69,7 +70,7 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
         assert not expected - landing.mods, f"{len(expected - landing.mods)} committed mods never landed"
         assert not expected - in_changelog, f"{len(expected - in_changelog)} committed mods missing from the changelog"
         assert repeated == 0, f"{repeated} changes appear more than once in the changelog"
-        assert cuts[0] == stack.start and len(cuts) >= 3
+        assert cuts[0] == stack.start and len(cuts) >= 2  # the snapshot, then at least one cut of the writes
         for cut in cuts:
             check_bank_cut(lake, stack.bank.bank, cut)
         # Every lake run's tasks ran in executor processes, none in the driver: the first run's

@@ -23,26 +23,36 @@ class ServerStartError(RuntimeError):
     """A server we started exited, or did not listen in time; the message carries the end of its log."""
 
 
-def start_server(
-    command: Sequence[str], port: int, log_path: Path, what: str, timeout_s: float = 60,
-    env: Mapping[str, str] | None = None, **popen: Any,
-) -> subprocess.Popen:
-    """Start ``command`` in a session of its own, output to ``log_path``, and return once it listens
-    on 127.0.0.1:``port`` (a deadline scaled by the machine's load); stop it and raise
-    :class:`ServerStartError` naming ``what`` otherwise. The server gets SIGTERM if this process
-    dies first (``die_with_parent``), so a killed test or tool leaves no server behind."""
+def launch(command: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen:
+    """Start ``command`` in a session of its own, output to ``log_path``. It gets SIGTERM if this
+    process dies first (``die_with_parent``), so a killed test or tool leaves no server behind."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             list(command), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent, **popen
         )
+
+
+def await_listening(process: subprocess.Popen, port: int, log_path: Path, what: str, timeout_s: float = 60) -> None:
+    """Return once ``process`` listens on 127.0.0.1:``port`` (a deadline scaled by the machine's
+    load); stop it and raise :class:`ServerStartError` naming ``what`` otherwise."""
     deadline = Deadline(timeout_s)
     if wait_until_listening(process, port, deadline.expired):
-        return process
+        return
     if process.poll() is not None:
         raise ServerStartError(f"{what} exited with {process.returncode} while starting:\n{tail(log_path)}")
     stop_process_group(process, grace_s=5)
     raise ServerStartError(f"{what} did not listen on port {port} within {deadline.describe()}:\n{tail(log_path)}")
+
+
+def start_server(
+    command: Sequence[str], port: int, log_path: Path, what: str, timeout_s: float = 60,
+    env: Mapping[str, str] | None = None, **popen: Any,
+) -> subprocess.Popen:
+    """:func:`launch` ``command``, then :func:`await_listening` on ``port``."""
+    process = launch(command, log_path, env, **popen)
+    await_listening(process, port, log_path, what, timeout_s)
+    return process
 
 
 def tail(path: Path, lines: int = 20) -> str:

@@ -33,7 +33,7 @@ from cs_platform.dev.embedded import DAGSTER_YAML, EmbeddedBank, embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
 from cs_platform.dev.postgres import postgres_server
-from cs_platform.dev.process_group import die_with_parent, start_server, stop_process_group
+from cs_platform.dev.process_group import await_listening, launch, stop_process_group
 from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.spark_cluster import spark_cluster
 from cs_platform.dev.workload import BankWorkload, start_after
@@ -50,11 +50,20 @@ class Stack:
     gcs_endpoint: str
     spark_master: str
     postgres_url: str
-    webserver: str
+    webserver_port: int
+    webserver_process: subprocess.Popen
     daemon: subprocess.Popen
     workload: BankWorkload  # its commit log: the accounts and transfers before the start, then any later
     start: datetime  # the stream's start: the snapshot's time
     spark_events: Path  # Spark's event logs of the lake runs (which executor ran which task)
+    webserver_log: Path
+
+    @property
+    def webserver(self) -> str:
+        return f"http://127.0.0.1:{self.webserver_port}"
+
+    def await_webserver(self, timeout_s: float = 180) -> None:
+        await_listening(self.webserver_process, self.webserver_port, self.webserver_log, "dagster-webserver", timeout_s)
 
     @property
     def landing_root(self) -> str:
@@ -108,19 +117,16 @@ def production_stack(workdir: Path, accounts: int = 20, before_start: int = 300,
                 **DEV_SETTINGS,
             }
         )
-        with open(workdir / "dagster-daemon.log", "ab") as daemon_log:
-            daemon = subprocess.Popen(
-                [sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"],
-                cwd=REPO, stdout=daemon_log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent,
-            )
+        # The daemon first: it ticks while the webserver loads (Stack.await_webserver waits for that).
+        daemon = launch([sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"], workdir / "dagster-daemon.log", cwd=REPO)
         stack.callback(stop_process_group, daemon)
         port = free_loopback_port()
-        webserver = start_server(
+        webserver = launch(
             [sys.executable, "-m", "dagster_webserver", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-            port, workdir / "dagster-webserver.log", "dagster-webserver", timeout_s=180, cwd=REPO,
+            workdir / "dagster-webserver.log", cwd=REPO,
         )
         stack.callback(stop_process_group, webserver)
-        yield Stack(bank, gcs, master, postgres, f"http://127.0.0.1:{port}", daemon, workload, start, events)
+        yield Stack(bank, gcs, master, postgres, port, webserver, daemon, workload, start, events, workdir / "dagster-webserver.log")
 
 
 def main() -> None:
@@ -132,6 +138,7 @@ def main() -> None:
     logging.getLogger("google").setLevel(logging.WARNING)
     print("starting the Spanner emulator, a GCS emulator, a Spark cluster, PostgreSQL, dagster-webserver and dagster-daemon ...")
     with production_stack(args.workdir) as stack:
+        stack.await_webserver()
         writer = stack.workload.run_until
         threading.Thread(target=writer, args=(utc_now() + timedelta(days=1), args.writes_per_second), kwargs={"accounts": 0}, daemon=True).start()
         print(

@@ -1,6 +1,6 @@
 """The lake on a Spark Connect server (what `make dev` and lake runs under `dagster dev` use): the
-cut tests run again as a client of a real server started from the installed pyspark, east and west
-of UTC; and a server that is not there is reported within seconds, naming the setting."""
+cut tests run again as a client of a real server started from the installed pyspark, east of UTC;
+and a server that is not there is reported within seconds, naming the setting."""
 
 import os
 import subprocess
@@ -21,11 +21,13 @@ def test_the_cut_tests_pass_on_a_spark_connect_server(tmp_path):
     with spark_connect_server(tmp_path / "spark-connect.log", master="local[2]") as remote:
         env = {**os.environ, REMOTE_SETTING: remote}
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(CUT_TESTS)],
+            # East of UTC only (with DST): a client that read naive datetimes as UTC fails there as
+            # it would west of it, and the in-process runs of these tests cover both (suite time).
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "Berlin", str(CUT_TESTS)],
             env=env, capture_output=True, text=True, timeout=1800,
         )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout and " failed" not in result.stdout
+    assert "5 passed" in result.stdout and " failed" not in result.stdout
 
 
 @pytest.mark.parametrize("key, setting, url", [("spark.remote", REMOTE_SETTING, "sc"), ("spark.master", MASTER_SETTING, "spark")])
