@@ -8,7 +8,6 @@ it through ``CS_PLATFORM_SPARK_REMOTE``: its JVM stays up and warm across runs.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pyspark
 
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import start_server, stop_process_group
+from cs_platform.dev.spark_cluster import spark_env
 from cs_platform.lake.delta import quoted
 from cs_platform.lake.spark import delta_spark_config
 from cs_platform.landing.gcs import GcsAccess
@@ -44,13 +44,7 @@ def spark_connect_server(
     """Run a Spark Connect server until exit; yields its ``sc://127.0.0.1:<port>`` address. The first
     start may resolve Delta's jars from Maven Central (then cached in ~/.ivy2.5.2)."""
     port = free_loopback_port()
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(Path(pyspark.__file__).parent),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-    }
-    process = start_server(server_command(port, master, storage), port, log_path, "the Spark Connect server", start_timeout_s, env)
+    process = start_server(server_command(port, master, storage), port, log_path, "the Spark Connect server", start_timeout_s, spark_env())
     warm_up = None
     try:
         remote = f"sc://127.0.0.1:{port}"

@@ -80,7 +80,7 @@ def final_effects(changes: DataFrame, columns: dict[str, dict]) -> DataFrame:
 
 
 def typed_rows(rows: DataFrame, columns: dict[str, dict]) -> DataFrame:
-    """Snapshot rows (a column of wire text per table column, ``values.wire_text``) as mirror rows:
+    """Snapshot rows (a column of wire text per table column, ``values.read_text``) as mirror rows:
     typed by the very expressions that type the changes' final effects."""
     return rows.select(*_typed(quoted, columns))
 
