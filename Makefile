@@ -38,6 +38,7 @@ bench: setup check-emulator
 	$(PY) bench/orchestration_latency.py
 	$(PY) bench/lake_apply.py
 	$(PY) bench/lake_cost.py
+	$(PY) bench/sensor_scale.py
 	$(PY) bench/snapshot_throughput.py
 	$(PY) bench/lake_storage.py
 	$(PY) bench/freshness.py

@@ -291,60 +291,75 @@ class PartitionMetadataStore:
         return self.database.run_in_transaction(lambda tx: self._transition(tx, tokens, PartitionState(to)))
 
     def _transition(self, transaction, tokens: list[str], to: PartitionState) -> int:
+        """Reads the rows by key and writes mutations: no statement that scans the table, so a
+        transition costs the same with a long history (the emulator's DML scans whole tables)."""
         sources, stamp = _TRANSITIONS[to]
-        return transaction.execute_update(
-            f"UPDATE `{self.table}` SET State = @to, `{stamp}` = PENDING_COMMIT_TIMESTAMP() "
-            "WHERE PartitionToken IN UNNEST(@tokens) AND State IN UNNEST(@sources)",
-            params={"to": to.value, "tokens": tokens, "sources": [s.value for s in sources]},
-            param_types={
-                "to": param_types.STRING,
-                "tokens": param_types.Array(param_types.STRING),
-                "sources": param_types.Array(param_types.STRING),
-            },
-        )
+        allowed = {s.value for s in sources}
+        rows = transaction.read(self.table, ["PartitionToken", "State"], spanner.KeySet(keys=[[t] for t in tokens]))
+        moving = [token for token, state in rows if state in allowed]
+        if moving:
+            transaction.update(
+                self.table, ["PartitionToken", "State", stamp], [[t, to.value, spanner.COMMIT_TIMESTAMP] for t in moving]
+            )
+        return len(moving)
 
     def record_progress(self, token: str, watermark: datetime, finished: bool) -> None:
         """Persist a partition's watermark (never backwards) and, if done, FINISHED, atomically.
 
         Call only after the records up to ``watermark`` are durably landed (Beam's BundleFinalizer).
+        The read and the write share one read-write transaction, so racing writers cannot move the
+        watermark back.
         """
 
         def work(tx) -> None:
-            updated = tx.execute_update(
-                f"UPDATE `{self.table}` SET Watermark = @w WHERE PartitionToken = @p AND Watermark < @w",
-                params={"w": watermark, "p": token},
-                param_types={"w": param_types.TIMESTAMP, "p": param_types.STRING},
-            )
-            if not updated and not self._exists(tx, token):
+            found = list(tx.read(self.table, ["Watermark"], spanner.KeySet(keys=[[token]])))
+            if not found:
                 raise PartitionNotFoundError(
                     f"partition token {token[:40]}… is not in metadata table {self.table}; was the table dropped?"
                 )
+            if found[0][0] < watermark:
+                tx.update(self.table, ["PartitionToken", "Watermark"], [[token, watermark]])
             if finished:
                 self._transition(tx, [token], PartitionState.FINISHED)
 
         self.database.run_in_transaction(work)
 
-    def _exists(self, tx, token: str) -> bool:
-        return bool(list(tx.read(self.table, ["PartitionToken"], spanner.KeySet(keys=[[token]]))))
+    def delete_finished(self, older_than: timedelta, batch_rows: int = 1_000) -> list[str]:
+        """Delete FINISHED rows that finished more than ``older_than`` ago, except parents of
+        unfinished rows; returns the partition keys deleted.
 
-    def delete_finished(self, older_than: timedelta) -> int:
-        """Delete FINISHED rows finished before now - ``older_than``, except parents of unfinished
-        children (detection needs to see that every parent of a CREATED child is FINISHED)."""
-        sql = (
-            f"DELETE FROM `{self.table}` p WHERE p.State = 'FINISHED' "
-            "AND p.FinishedAt < TIMESTAMP_SUB(CURRENT_TIMESTAMP(), INTERVAL @age MICROSECOND) "
-            f"AND NOT EXISTS (SELECT 1 FROM `{self.table}` c WHERE c.State != 'FINISHED' "
-            "AND p.PartitionToken IN UNNEST(c.ParentTokens))"
-        )
+        Linear in the table: one snapshot reads the unfinished rows and the old FINISHED ones, then
+        deletes by key go in commits of ``batch_rows``. Safe to interrupt and to repeat, because a
+        row chosen in the snapshot stays safe to delete: a FINISHED partition's children were all
+        inserted while it was still being read, so no row that names it as a parent appears later.
+        """
         age = int(older_than / ONE_MICROSECOND)
-        return self.database.run_in_transaction(
-            lambda tx: tx.execute_update(sql, params={"age": age}, param_types={"age": param_types.INT64})
-        )
+        with self.database.snapshot(multi_use=True) as snap:
+            unfinished = self._unfinished(snap)
+            rows = snap.execute_sql(
+                f"SELECT PartitionToken, PartitionKey FROM `{self.table}`@{{FORCE_INDEX=`{self.table}ByState`}} "
+                "WHERE State = 'FINISHED' AND FinishedAt < TIMESTAMP_SUB(CURRENT_TIMESTAMP(), INTERVAL @age MICROSECOND)",
+                params={"age": age},
+                param_types={"age": param_types.INT64},
+                timeout=self.timeout_s,
+            )
+            parents = {t for p in unfinished for t in p.parent_tokens}
+            doomed = [(token, key) for token, key in rows if token not in parents]
+        for i in range(0, len(doomed), batch_rows):
+            with self.database.batch() as batch:
+                batch.delete(self.table, spanner.KeySet(keys=[[token] for token, _ in doomed[i : i + batch_rows]]))
+        if doomed:
+            log.info("deleted %d FINISHED rows from %s", len(doomed), self.table)
+        return [key for _, key in doomed]
 
     # ----------------------------------------------------------------------------- reads
 
-    def _query(self, where: str = "", params: dict | None = None, types: dict | None = None) -> list[PartitionMetadata]:
-        sql = f"SELECT {', '.join(COLUMNS)} FROM `{self.table}` p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
+    def _query(
+        self, where: str = "", params: dict | None = None, types: dict | None = None, by_state: bool = False
+    ) -> list[PartitionMetadata]:
+        """``by_state``: read through the State index (Spanner may not pick it on its own)."""
+        hint = f"@{{FORCE_INDEX=`{self.table}ByState`}}" if by_state else ""
+        sql = f"SELECT {', '.join(COLUMNS)} FROM `{self.table}`{hint} p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
         with self.database.snapshot() as snap:
             rows = snap.execute_sql(sql, params=params, param_types=types, timeout=self.timeout_s)
             return [PartitionMetadata.from_row(r) for r in rows]
@@ -372,25 +387,71 @@ class PartitionMetadataStore:
             "WHERE p.State IN UNNEST(@s)",
             {"s": [PartitionState(s).value for s in states]},
             {"s": param_types.Array(param_types.STRING)},
+            by_state=True,
         )
+
+    def unfinished(self) -> "UnfinishedPartitions":
+        """Every partition not yet FINISHED: what a sensor tick decides from.
+
+        Its cost follows the live partitions, not the history (a stream that ran for months has far
+        more FINISHED rows than live ones): the State index is read over the unfinished states'
+        key ranges, then their rows by primary key, in one snapshot. Reads by key, not SQL: they
+        seek on Cloud Spanner and on the emulator alike (the emulator's SQL scans whole tables).
+        """
+        with self.database.snapshot(multi_use=True) as snap:
+            partitions = self._unfinished(snap)
+        return UnfinishedPartitions(tuple(partitions))
+
+    def _unfinished(self, snap) -> list[PartitionMetadata]:
+        states = spanner.KeySet(ranges=[spanner.KeyRange(start_closed=[s.value], end_closed=[s.value]) for s in UNFINISHED])
+        index = f"{self.table}ByState"
+        tokens = [row[0] for row in snap.read(self.table, ["PartitionToken"], states, index=index, timeout=self.timeout_s)]
+        if not tokens:
+            return []
+        rows = snap.read(self.table, COLUMNS, spanner.KeySet(keys=[[t] for t in tokens]), timeout=self.timeout_s)
+        return sorted((PartitionMetadata.from_row(r) for r in rows), key=lambda p: (p.start_timestamp, p.token))
 
     def schedulable(self) -> list[PartitionMetadata]:
-        """CREATED partitions whose parents are all FINISHED (a merge child waits for every parent)."""
-        return self._query(
-            "WHERE p.State = 'CREATED' AND NOT EXISTS ("
-            f"SELECT 1 FROM UNNEST(p.ParentTokens) AS parent LEFT JOIN `{self.table}` q "
-            "ON q.PartitionToken = parent WHERE q.State IS NULL OR q.State != 'FINISHED')"
-        )
+        return self.unfinished().schedulable
 
+    def low_watermark(self) -> datetime | None:
+        return self.unfinished().low_watermark
+
+
+UNFINISHED = (PartitionState.CREATED, PartitionState.SCHEDULED, PartitionState.RUNNING)
+
+
+@dataclass(frozen=True)
+class UnfinishedPartitions:
+    """The unfinished rows of the metadata table, read in one snapshot, and what follows from them.
+
+    The parent rule needs no read of the parents themselves. In one strongly consistent snapshot, a
+    parent that is not among the unfinished rows is either FINISHED or was removed, and only cleanup
+    removes rows, only FINISHED ones (``delete_finished``). Either way it counts as finished; a
+    parent is never missing for another reason, because a child is inserted by a reader of its
+    parent, while the parent's row exists.
+    """
+
+    partitions: tuple[PartitionMetadata, ...]
+
+    def in_states(self, *states: PartitionState) -> list[PartitionMetadata]:
+        return [p for p in self.partitions if p.state in states]
+
+    @property
+    def schedulable(self) -> list[PartitionMetadata]:
+        """CREATED partitions whose parents are all finished (a merge child waits for every parent)."""
+        unfinished = {p.token for p in self.partitions}
+        return [
+            p for p in self.in_states(PartitionState.CREATED) if not unfinished.intersection(p.parent_tokens)
+        ]
+
+    @property
     def low_watermark(self) -> datetime | None:
         """Min watermark over unfinished partitions: every record <= it is landed, in every partition.
 
         None when no partition is unfinished (the stream reached its end timestamp).
         """
-        with self.database.snapshot() as snap:
-            sql = f"SELECT MIN(Watermark) FROM `{self.table}` WHERE State != 'FINISHED'"
-            rows = list(snap.execute_sql(sql, timeout=self.timeout_s))
-        return rows[0][0] if rows else None
+        return min((p.watermark for p in self.partitions), default=None)
 
 
 @dataclass(frozen=True)

@@ -59,15 +59,14 @@ class LocalRunner:
             for p in self.metadata.in_states([PartitionState.SCHEDULED, PartitionState.RUNNING]):
                 running[p.token] = pool.submit(self._read_one, p.token)
             while time.monotonic() < deadline:
-                fresh = [p for p in self.metadata.schedulable() if p.token not in running]
+                unfinished = self.metadata.unfinished()
+                fresh = [p for p in unfinished.schedulable if p.token not in running]
                 if fresh:
                     self.metadata.transition([p.token for p in fresh], PartitionState.SCHEDULED)
                     for p in fresh:
                         running[p.token] = pool.submit(self._read_one, p.token)
                 if not running:
-                    if not self.metadata.in_states(
-                        [PartitionState.CREATED, PartitionState.SCHEDULED, PartitionState.RUNNING]
-                    ):
+                    if not unfinished.partitions:
                         return summary
                     time.sleep(self.poll_interval_s)
                     continue

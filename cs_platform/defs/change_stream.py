@@ -172,8 +172,9 @@ def detect_partitions(
         if not alive:
             del live[key]
 
-    active = store.in_states([PartitionState.SCHEDULED, PartitionState.RUNNING]) + store.schedulable()
-    if not active and not store.in_states([PartitionState.CREATED]):
+    unfinished = store.unfinished()  # the tick's one metadata query: everything below follows from it
+    active = unfinished.in_states(PartitionState.SCHEDULED, PartitionState.RUNNING) + unfinished.schedulable
+    if not unfinished.partitions:
         return SensorResult(
             skip_reason=f"every partition of {names.stream} is FINISHED (end timestamp {change_stream.end_timestamp} reached)",
             cursor=SensorCursor(True, {}).dump(),
@@ -192,7 +193,7 @@ def detect_partitions(
     ]
     for launch in plan.launches:
         context.log.info(f"{launch.reason}: {launch.partition.key} from {launch.partition.watermark.isoformat()}")
-    low = store.low_watermark()
+    low = unfinished.low_watermark
     summary = (
         f"{len(requests)} launched, {len(live)} running, {plan.waiting} waiting; "
         f"low watermark {low.isoformat() if low else 'n/a'}"

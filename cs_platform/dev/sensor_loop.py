@@ -21,7 +21,15 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from dagster import DagsterInstance, Definitions, RunRequest, RunsFilter, build_sensor_context, partition_loading_context
+from dagster import (
+    DagsterInstance,
+    Definitions,
+    RunRequest,
+    RunsFilter,
+    SensorDefinition,
+    build_sensor_context,
+    partition_loading_context,
+)
 from dagster._core.definitions.sensor_definition import SensorExecutionData
 from dagster._core.instance.ref import InstanceRef
 
@@ -67,6 +75,25 @@ def _execute_run(job_name: str, partition_key: str, tags: dict) -> tuple[str, bo
     return result.run_id, result.success
 
 
+def evaluate_sensor(
+    definitions: Definitions, instance: DagsterInstance, sensor: SensorDefinition, cursor: str | None
+) -> SensorExecutionData:
+    """One evaluation of the real sensor, with what the daemon gives it; launches nothing."""
+    with (
+        partition_loading_context(dynamic_partitions_store=instance),
+        build_sensor_context(
+            instance=instance,
+            instance_ref=instance.get_ref(),  # lets run requests name partitions added this tick
+            cursor=cursor,
+            sensor_name=sensor.name,
+            # Only what the sensor requires, as the daemon does (not a Spark session per tick).
+            resources={k: v for k, v in definitions.resources.items() if k in sensor.required_resource_keys},
+            definitions=definitions,
+        ) as context,
+    ):
+        return sensor.evaluate_tick(context)
+
+
 class SensorLoop:
     def __init__(
         self,
@@ -93,19 +120,7 @@ class SensorLoop:
         self._runs: list[Future] = []
 
     def tick(self) -> SensorExecutionData:
-        with (
-            partition_loading_context(dynamic_partitions_store=self.instance),
-            build_sensor_context(
-                instance=self.instance,
-                instance_ref=self.instance.get_ref(),  # lets run requests name partitions added this tick
-                cursor=self.cursor,
-                sensor_name=self.sensor.name,
-                # Only what the sensor requires, as the daemon does (not a Spark session per tick).
-                resources={k: v for k, v in self.definitions.resources.items() if k in self.sensor.required_resource_keys},
-                definitions=self.definitions,
-            ) as context,
-        ):
-            result = self.sensor.evaluate_tick(context)
+        result = evaluate_sensor(self.definitions, self.instance, self.sensor, self.cursor)
         self.stats.ticks += 1
         if result.cursor is not None:
             self.cursor = result.cursor
