@@ -30,6 +30,7 @@ def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
             lake_interval_seconds=lake_interval(environ),
             max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
             maintenance_cron=settings.value(environ, "CS_PLATFORM_LAKE_MAINTENANCE_CRON"),
+            cleanup_cron=settings.value(environ, "CS_PLATFORM_CLEANUP_CRON"),
         )
         for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")
     ]

@@ -38,12 +38,13 @@ class UnknownTableError(TerminalError):
 
 
 def stream_cut(store: PartitionMetadataStore) -> datetime | None:
-    """The low watermark; once every partition is FINISHED, the highest watermark (the end).
+    """The low watermark; once every partition is FINISHED, the stream's end timestamp (every
+    partition read up to it; cleanup may have removed their rows since, never the initial one).
     None before the sensor's first tick created the metadata table."""
     if not store.table_exists():
         return None
     low = store.low_watermark()
-    return low if low is not None else max((p.watermark for p in store.all()), default=None)
+    return low if low is not None else store.get(INITIAL_PARTITION_TOKEN).end_timestamp
 
 
 def source_identity(target: SpannerTarget, stream: str, store: PartitionMetadataStore) -> SourceIdentity:

@@ -224,6 +224,27 @@ class StreamSetup:
         writer.join()
         return workload, end
 
+    def start_open_stream(self, stale_run_s: float = 20) -> tuple[BankWorkload, threading.Thread, threading.Event]:
+        """A stream with no end in sight and a writer that commits until told to stop (``set()`` the
+        event): a test stages what it checks on events, never against a window that a slow machine
+        can outrun."""
+        start = utc_now()
+        self.configure(start, start + timedelta(hours=1), soft_timeout_s=2, stale_run_s=stale_run_s)
+        workload, stop = BankWorkload(self.bank, seed=next(_names)), threading.Event()
+        writer = threading.Thread(target=workload.run_until, args=(start + timedelta(hours=1), 40), kwargs={"stop": stop}, daemon=True)
+        writer.start()
+        return workload, writer, stop
+
+    def caught_up(self, writer: threading.Thread, workload: BankWorkload) -> Callable[[], bool]:
+        """True once the writer is done and the low watermark is past its last commit: from then on,
+        everything it committed must be in landing."""
+
+        def done() -> bool:
+            low = self.store.low_watermark()
+            return not writer.is_alive() and low is not None and low >= workload.committed[-1].commit_timestamp
+
+        return done
+
     def finished(self) -> bool:
         """Every partition FINISHED (the stream reached its end timestamp)."""
         rows = self.store.all()

@@ -326,7 +326,11 @@ class PartitionMetadataStore:
 
     def delete_finished(self, older_than: timedelta, batch_rows: int = 1_000) -> list[str]:
         """Delete FINISHED rows that finished more than ``older_than`` ago, except parents of
-        unfinished rows; returns the partition keys deleted.
+        unfinished rows and the initial partition; returns the partition keys deleted.
+
+        The initial partition's row stays for the stream's life: it holds the stream's start, end
+        and heartbeat (``initialize`` compares the settings with it) and its creation time is the
+        epoch of the stream's identity (``pipeline.source_identity``).
 
         Linear in the table: one snapshot reads the unfinished rows and the old FINISHED ones, then
         deletes by key go in commits of ``batch_rows``. Safe to interrupt and to repeat, because a
@@ -343,8 +347,8 @@ class PartitionMetadataStore:
                 param_types={"age": param_types.INT64},
                 timeout=self.timeout_s,
             )
-            parents = {t for p in unfinished for t in p.parent_tokens}
-            doomed = [(token, key) for token, key in rows if token not in parents]
+            kept = {t for p in unfinished for t in p.parent_tokens} | {INITIAL_PARTITION_TOKEN}
+            doomed = [(token, key) for token, key in rows if token not in kept]
         for i in range(0, len(doomed), batch_rows):
             with self.database.batch() as batch:
                 batch.delete(self.table, spanner.KeySet(keys=[[token] for token, _ in doomed[i : i + batch_rows]]))
@@ -378,6 +382,17 @@ class PartitionMetadataStore:
                 "(the sensor adds them); was the table dropped or is the run configured for another stream?"
             )
         return found[0]
+
+    def existing_keys(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` name a partition in the table (read by key, through the key index)."""
+        keys = list(keys)
+        if not keys:
+            return set()
+        with self.database.snapshot() as snap:
+            rows = snap.read(
+                self.table, ["PartitionKey"], spanner.KeySet(keys=[[k] for k in keys]), index=f"{self.table}ByKey", timeout=self.timeout_s
+            )
+            return {row[0] for row in rows}
 
     def all(self) -> list[PartitionMetadata]:
         return self._query()

@@ -111,6 +111,9 @@ class _Progress:
     child_start: datetime | None = None
     heartbeats: int = 0
     first_response_s: float | None = None
+    # A replay leaves the metadata table alone: its children were recorded by the first read, and
+    # cleanup may have removed them since (inserting them again would read them again).
+    record_children: bool = True
 
     def drop_unsafe_records(self) -> None:
         """Before a retry, drop records past the watermark: the retry returns them again."""
@@ -188,14 +191,14 @@ class PartitionReader:
         (duplicates are removed downstream by change identity) and leave the metadata row alone.
         """
         end = max(partition.watermark, partition.start_timestamp)
-        return self._read(partition, partition.start_timestamp, end, partition.start_timestamp - ONE_MICROSECOND)
+        return self._read(partition, partition.start_timestamp, end, partition.start_timestamp - ONE_MICROSECOND, replay=True)
 
     def _read(
-        self, partition: PartitionMetadata, query_start: datetime, query_end: datetime, watermark: datetime
+        self, partition: PartitionMetadata, query_start: datetime, query_end: datetime, watermark: datetime, replay: bool = False
     ) -> PartitionBatch:
         """Query ``[query_start, query_end]``: in one streaming query, or in polled windows (``tail``)."""
         token = partition.token
-        progress = _Progress(watermark=watermark)
+        progress = _Progress(watermark=watermark, record_children=not replay)
         read_started_at, began = utc_now(), time.monotonic()
         retries = 0
         while True:
@@ -284,7 +287,8 @@ class PartitionReader:
             progress.heartbeats += 1
             progress.watermark = max(progress.watermark, record.timestamp)
         elif isinstance(record, ChildPartitionsRecord):
-            self.metadata.add_children(record, partition.end_timestamp, partition.heartbeat_millis)
+            if progress.record_children:
+                self.metadata.add_children(record, partition.end_timestamp, partition.heartbeat_millis)
             for child in record.child_partitions:
                 progress.children[child.token] = child
             progress.child_start = record.start_timestamp

@@ -23,9 +23,11 @@ from dagster import (
     sensor,
 )
 
-from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState
+from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState, utc_now
+from cs_platform.changestream.retention import RetentionLevel, watch_retention
 from cs_platform.defs.lake_assets import lake_definitions
 from cs_platform.defs.lake_maintenance import lake_maintenance_definitions
+from cs_platform.defs.cleanup import cleanup_definitions
 from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions, rebuild_key
 from cs_platform.defs.reading import read_and_land
@@ -75,6 +77,7 @@ def change_stream_definitions(
     lake_interval_seconds: int = 30,
     max_lag_seconds: float = 600.0,
     maintenance_cron: str = "17 * * * *",
+    cleanup_cron: str = "43 * * * *",
 ) -> Definitions:
     names = ChangeStreamNames(stream)
     partitions = DynamicPartitionsDefinition(name=names.partitions)
@@ -128,11 +131,14 @@ def change_stream_definitions(
     maintenance, maintenance_job, maintenance_schedule = lake_maintenance_definitions(
         names.slug, stream, AssetKey([names.slug, "mirrors"]), maintenance_cron
     )
+    cleanup, cleanup_job, cleanup_schedule = cleanup_definitions(
+        names.slug, stream, names.resource_key, names.partitions, names.job, cleanup_cron
+    )
     return Definitions(
-        assets=[landed_changes, lake_step, maintenance, rebuild],
-        jobs=[job, lake_job, maintenance_job, rebuild_job],
+        assets=[landed_changes, lake_step, maintenance, rebuild, cleanup],
+        jobs=[job, lake_job, maintenance_job, rebuild_job, cleanup_job],
         sensors=[partition_sensor, lake_sensor],
-        schedules=[maintenance_schedule],
+        schedules=[maintenance_schedule, cleanup_schedule],
     )
 
 
@@ -173,7 +179,13 @@ def detect_partitions(
             del live[key]
 
     unfinished = store.unfinished()  # the tick's one metadata query: everything below follows from it
-    active = unfinished.in_states(PartitionState.SCHEDULED, PartitionState.RUNNING) + unfinished.schedulable
+    watch = watch_retention(unfinished, change_stream.retention_period, utc_now())
+    if watch.level is not RetentionLevel.OK:
+        (context.log.error if watch.level is RetentionLevel.ERROR else context.log.warning)(watch.describe(names.stream))
+    expired = {p.token for p in watch.expired}  # their reads cannot succeed: launching them again only fails
+    active = [
+        p for p in unfinished.in_states(PartitionState.SCHEDULED, PartitionState.RUNNING) + unfinished.schedulable if p.token not in expired
+    ]
     if not unfinished.partitions:
         return SensorResult(
             skip_reason=f"every partition of {names.stream} is FINISHED (end timestamp {change_stream.end_timestamp} reached)",
@@ -195,8 +207,9 @@ def detect_partitions(
         context.log.info(f"{launch.reason}: {launch.partition.key} from {launch.partition.watermark.isoformat()}")
     low = unfinished.low_watermark
     summary = (
-        f"{len(requests)} launched, {len(live)} running, {plan.waiting} waiting; "
-        f"low watermark {low.isoformat() if low else 'n/a'}"
+        f"{len(requests)} launched, {len(live)} running, {plan.waiting} waiting"
+        + (f", {len(expired)} expired (not launched: see the change_stream_retention check)" if expired else "")
+        + f"; low watermark {low.isoformat() if low else 'n/a'}"
     )
     if requests:
         context.log.info(summary)

@@ -15,7 +15,7 @@ from dagster_pyspark import PySparkResource
 from google.cloud.spanner_v1.database import Database
 from pydantic import PrivateAttr
 
-from cs_platform.changestream.catalog import require_change_stream
+from cs_platform.changestream.catalog import change_stream_retention, require_change_stream
 from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.metadata import PartitionMetadataStore
@@ -119,6 +119,10 @@ class ChangeStreamResource(ConfigurableResource):
         """The source database exists (``database()`` checks) and has this change stream."""
         require_change_stream(self.source_database(), self.stream_name, self.spanner.timeout_seconds)
 
+    def retention_period(self) -> timedelta:
+        """How long Spanner keeps this stream's records (``retention_period``)."""
+        return change_stream_retention(self.source_database(), self.stream_name, self.spanner.timeout_seconds)
+
     def source_identity(self) -> SourceIdentity:
         return source_identity(self.spanner.target(), self.stream_name, self.metadata_store())
 
@@ -154,6 +158,32 @@ class LakeResource(ConfigurableResource):
         if self.untyped_values not in POLICIES:
             raise InvalidArgumentError(f"CS_PLATFORM_UNTYPED_VALUES={self.untyped_values!r} is not one of {', '.join(POLICIES)}")
         return Lake(spark, self.stream_root(stream), untyped_policy=self.untyped_values)
+
+
+class RetentionResource(ConfigurableResource):
+    """How long cleanup keeps what a stream leaves behind (``cs_platform.defs.cleanup``)."""
+
+    metadata_retention_seconds: float = 86400.0
+    run_retention_seconds: float = 259200.0
+    landing_retention_seconds: float = 86400.0
+
+    def validated(self) -> "RetentionResource":
+        for field in ("metadata_retention_seconds", "run_retention_seconds", "landing_retention_seconds"):
+            if getattr(self, field) < 0:
+                raise InvalidArgumentError(f"{env_name(field)} must be 0 or more seconds, got {getattr(self, field):g}")
+        return self
+
+    @property
+    def metadata(self) -> timedelta:
+        return timedelta(seconds=self.metadata_retention_seconds)
+
+    @property
+    def runs(self) -> timedelta:
+        return timedelta(seconds=self.run_retention_seconds)
+
+    @property
+    def landing(self) -> timedelta:
+        return timedelta(seconds=self.landing_retention_seconds)
 
 
 class SparkResource(PySparkResource):
@@ -223,6 +253,11 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             untyped_values=settings.value(environ, "CS_PLATFORM_UNTYPED_VALUES"),
             kept_cuts=settings.value(environ, "CS_PLATFORM_LAKE_KEPT_CUTS"),
             vacuum_margin_seconds=settings.value(environ, "CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS"),
+        ),
+        "retention": RetentionResource(
+            metadata_retention_seconds=settings.value(environ, "CS_PLATFORM_METADATA_RETENTION_SECONDS"),
+            run_retention_seconds=settings.value(environ, "CS_PLATFORM_RUN_RETENTION_SECONDS"),
+            landing_retention_seconds=settings.value(environ, "CS_PLATFORM_LANDING_RETENTION_SECONDS"),
         ),
         "pyspark": SparkResource(
             spark_config=lake_spark_config(

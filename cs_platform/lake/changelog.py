@@ -40,6 +40,12 @@ def _split(file: str) -> tuple[str, str]:
     return directory, name
 
 
+def ingested_marks(changelog: DeltaPath) -> dict[str, str]:
+    """Per landing directory, the last file name ingested (from the log: no Spark job)."""
+    recorded = changelog.last_commit_metadata()
+    return recorded[MARKS] if recorded is not None else {}
+
+
 @dataclass(frozen=True)
 class IngestResult:
     files: int  # landing files ingested now
@@ -63,9 +69,7 @@ class Changelog:
         return self.delta.read(self.spark)
 
     def ingested_marks(self) -> dict[str, str]:
-        """Per landing directory, the last file name ingested (from the log: no Spark job)."""
-        recorded = self.delta.last_commit_metadata()
-        return recorded[MARKS] if recorded is not None else {}
+        return ingested_marks(self.delta)
 
     def ingest(self, files: list[str]) -> IngestResult:
         """Add the changes of ``files`` (a stream's landing files) not already present."""

@@ -31,7 +31,7 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cs_platform.lake.changelog import Changelog
+from cs_platform.lake.changelog import Changelog, ingested_marks
 from cs_platform.lake.delta import DeltaPath, quoted
 from cs_platform.lake.mirrors import apply_changes, column_types_by_table
 from cs_platform.lake.quarantine import Quarantine, UntypedValue, untyped_values
@@ -129,6 +129,21 @@ def summarize(changes: DataFrame) -> RangeSummary:
     return RangeSummary(row[0], row[1], row[2], [tuple(m) for m in row[3]], [tuple(d) for d in row[4] or []])
 
 
+def absolute_root(root: str) -> str:
+    """`ALTER TABLE delta.`<path>`` needs an absolute path; a relative local root would fail there."""
+    return root.rstrip("/") if "://" in root else os.path.abspath(root)
+
+
+def changelog_table(location: Location) -> DeltaPath:
+    return DeltaPath.under(location, "changelog")
+
+
+def ingested_landing(root: str) -> dict[str, str]:
+    """What the changelog of the lake at ``root`` has ingested, per landing directory (the last
+    file name); read from its Delta log, without Spark."""
+    return ingested_marks(changelog_table(Location(absolute_root(root), ROOT_SETTING)))
+
+
 class Lake:
     """The Delta tables under one root: changelog, mirrors/<table>, and the manifest."""
 
@@ -144,10 +159,9 @@ class Lake:
         # default): with them a scan of a commit range skips the changelog's row groups outside it,
         # so a cut reads rows in proportion to its range, not to the file that holds it.
         spark.conf.set(TIMESTAMP_ENCODING, "TIMESTAMP_MICROS")
-        # `ALTER TABLE delta.`<path>`` needs an absolute path; a relative local root would fail there.
-        self.root = root.rstrip("/") if "://" in root else os.path.abspath(root)
+        self.root = absolute_root(root)
         self.location = Location(self.root, ROOT_SETTING)
-        self.changelog = Changelog(spark, DeltaPath.under(self.location, "changelog"))
+        self.changelog = Changelog(spark, changelog_table(self.location))
         self.quarantine = Quarantine(spark, DeltaPath.under(self.location, "quarantine"))
         self.manifest = DeltaPath.under(self.location, "manifest")
         self.untyped_policy = untyped_policy

@@ -69,6 +69,9 @@ class Location:
                 out.write(buffer.getvalue())
         return self.filesystem.get_file_info(path).size
 
+    def delete_file(self, path: str) -> None:
+        self.filesystem.delete_file(path)
+
     def delete_tree(self, directory: str) -> bool:
         """Remove ``directory`` and everything under it; False if it did not exist."""
         if not self.exists(directory):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Mapping
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -35,8 +36,27 @@ class LandedFile:
     bytes: int
 
 
+@dataclass(frozen=True)
+class RemovedLanding:
+    """What one landing cleanup removed, and what it kept because the changelog has not ingested it."""
+
+    files: int
+    bytes: int
+    directories: int
+    kept_not_ingested: int  # above their directory's ingested mark: never removed
+    kept_recent: int  # ingested, but within the retention
+
+
+_STAMP = "%Y%m%dT%H%M%S%fZ"
+
+
 def _stamp(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    return ts.astimezone(timezone.utc).strftime(_STAMP)
+
+
+def landed_upto(name: str) -> datetime:
+    """The watermark a landing file's name records (``<query start>_<watermark>.parquet``)."""
+    return datetime.strptime(name.removesuffix(SUFFIX).rpartition("_")[2], _STAMP).replace(tzinfo=timezone.utc)
 
 
 class LandingStore:
@@ -81,10 +101,46 @@ class LandingStore:
         size = self.location.write_atomic(path, lambda out: pq.write_table(table, out))
         return LandedFile(path=self.location.uri(path), rows=table.num_rows, bytes=size)
 
-    def _paths(self, stream: str) -> list[str]:
+    def _infos(self, stream: str) -> list[pafs.FileInfo]:
         selector = pafs.FileSelector(self.stream_directory(stream), recursive=True, allow_not_found=True)
-        infos = self.filesystem.get_file_info(selector)
-        return sorted(i.path for i in infos if i.is_file and i.path.endswith(SUFFIX))
+        return sorted((i for i in self.filesystem.get_file_info(selector) if i.is_file and i.path.endswith(SUFFIX)), key=lambda i: i.path)
+
+    def _paths(self, stream: str) -> list[str]:
+        return [i.path for i in self._infos(stream)]
+
+    def remove_ingested(
+        self, stream: str, ingested_upto: Mapping[str, str], landed_before: datetime, live_keys: set[str]
+    ) -> RemovedLanding:
+        """Remove the files the changelog has ingested and whose watermark is before ``landed_before``.
+
+        ``ingested_upto``: per landing directory (as :meth:`files` names it), the last file name the
+        changelog ingested (``Changelog.ingested_marks``). A file above its directory's mark, or in a
+        directory without one, is kept whatever its age: the changelog has not read it. A directory
+        left empty is removed too, unless its partition (``live_keys``) may still land into it.
+        """
+        removed = removed_bytes = not_ingested = recent = 0
+        emptied = set()
+        by_directory: dict[str, list[pafs.FileInfo]] = {}
+        for info in self._infos(stream):
+            by_directory.setdefault(info.path.rpartition("/")[0], []).append(info)
+        for directory, infos in by_directory.items():
+            mark = ingested_upto.get(self.location.uri(directory))
+            kept = 0
+            for info in infos:
+                if mark is None or info.base_name > mark:
+                    not_ingested += 1
+                    kept += 1
+                elif landed_upto(info.base_name) >= landed_before:
+                    recent += 1
+                    kept += 1
+                else:
+                    self.location.delete_file(info.path)
+                    removed, removed_bytes = removed + 1, removed_bytes + info.size
+            if not kept and directory.rpartition("/")[2] not in live_keys:
+                emptied.add(directory)
+        for directory in emptied:
+            self.location.delete_tree(directory)
+        return RemovedLanding(removed, removed_bytes, len(emptied), not_ingested, recent)
 
     def files(self, stream: str) -> list[str]:
         """Every landed file of a stream (temporary files excluded), sorted."""

@@ -149,9 +149,14 @@ def test_cleanup_keeps_parents_of_unfinished_children(store):
     assert store.delete_finished(timedelta(0)) == []  # "a" still needs its parent
     store.record_progress("a", start, finished=True)
     assert store.delete_finished(timedelta(hours=1)) == []  # too recent
-    a_key = store.get("a").key
-    assert sorted(store.delete_finished(timedelta(0), batch_rows=1)) == sorted(["initial", a_key])
-    assert store.all() == []
+    store.add_children(children("a", start, ("b", ["a"]), ("c", ["a"])), None, 1000)
+    store.record_progress("b", start, finished=True)
+    b_key = store.get("b").key
+    assert store.delete_finished(timedelta(0)) == [b_key]  # "a" is a parent of the unfinished "c"
+    store.record_progress("c", start, finished=True)
+    keys = {store.get(t).key for t in "ac"}
+    assert set(store.delete_finished(timedelta(0), batch_rows=1)) == keys
+    assert [p.token for p in store.all()] == ["initial"]  # the stream's anchor stays
     assert store.delete_finished(timedelta(0)) == []  # a repeat finds nothing left to do
 
 

@@ -4,6 +4,8 @@
 ``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
 partition KEY that stops dead at POINT (``before_landing`` or ``after_landing``, the latter being
 after the landing write and before the watermark update), writes MARKER and waits to be killed.
+``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
+dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
 
 Both read their configuration from the environment (``cs_platform.definitions``) and use the
 Dagster instance in DAGSTER_HOME, like processes launched by Dagster's run launcher.
@@ -67,8 +69,46 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
         job.execute_in_process(instance=instance, partition_key=partition_key)
 
 
+def _stop_after_first(owner: type, method: str, marker: Path) -> None:
+    """Patch ``owner.method`` to do its work once, then write ``marker`` and wait to be killed."""
+    original = getattr(owner, method)
+
+    def once_then_stop(*args, **kwargs):
+        done = original(*args, **kwargs)
+        marker.write_text(json.dumps({"pid": os.getpid(), "step": method}))
+        time.sleep(3600)
+        return done
+
+    setattr(owner, method, once_then_stop)
+
+
+def _crashing_cleanup(step: str, marker: Path) -> None:
+    from dagster import AssetKey, materialize
+    from google.cloud.spanner_v1.batch import Batch
+
+    from cs_platform.changestream.metadata import PartitionMetadataStore
+    from cs_platform.landing.location import Location
+
+    if step == "metadata":  # one row per commit, so the kill falls between two of its commits
+        delete_finished = PartitionMetadataStore.delete_finished
+        PartitionMetadataStore.delete_finished = lambda self, older_than: delete_finished(self, older_than, batch_rows=1)
+    owner, method = {
+        "metadata": (Batch, "commit"),
+        "keys": (DagsterInstance, "delete_dynamic_partition"),
+        "runs": (DagsterInstance, "delete_run"),
+        "landing": (Location, "delete_file"),
+    }[step]
+    _stop_after_first(owner, method, marker)
+    defs = build_definitions()
+    cleanup = [a for a in defs.assets if AssetKey(["bank_stream", "cleanup"]) in a.keys]
+    with DagsterInstance.get() as instance:
+        materialize(cleanup, resources=defs.resources, instance=instance)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "loop":
         _run_until_killed()
+    elif sys.argv[1] == "cleanup":
+        _crashing_cleanup(sys.argv[2], Path(sys.argv[3]))
     else:
         _crashing_run(sys.argv[2], sys.argv[3], Path(sys.argv[4]))

@@ -9,44 +9,19 @@
 
 import os
 import signal
-import threading
 import time
-from datetime import timedelta
 
 import pytest
 from dagster import DagsterRunStatus, RunsFilter
 
-from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState, utc_now
+from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.dev.workload import BankWorkload
 from cs_platform_tests.defs.landing_oracle import assert_no_loss, reads
 from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
 
 STALE_RUN_SECONDS = 6
-
-
-def start_bank(bank_stream):
-    """A stream with no end in sight and a writer that commits until told to stop: the crash is
-    staged and recovered on events, never against a window that a slow machine can outrun."""
-    start = utc_now()
-    bank_stream.configure(start, start + timedelta(hours=1), soft_timeout_s=2, stale_run_s=STALE_RUN_SECONDS)
-    workload, stop = BankWorkload(bank_stream.bank), threading.Event()
-    writer = threading.Thread(target=workload.run_until, args=(start + timedelta(hours=1), 40), kwargs={"stop": stop}, daemon=True)
-    writer.start()
-    return workload, writer, stop
-
-
-def caught_up(bank_stream, writer, workload):
-    """True once the writer is done and the low watermark is past its last commit: from then on,
-    everything it committed must be in landing."""
-
-    def done() -> bool:
-        low = bank_stream.store.low_watermark()
-        return not writer.is_alive() and low is not None and low >= workload.committed[-1].commit_timestamp
-
-    return done
 
 
 def reading_partitions(bank_stream, loop):
@@ -62,7 +37,7 @@ def reading_partitions(bank_stream, loop):
 
 @pytest.mark.parametrize("point", ["before_landing", "after_landing"])
 def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_path, point):
-    workload, writer, stop = start_bank(bank_stream)
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=STALE_RUN_SECONDS)
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
         loop.run_for(8)
         victims = reading_partitions(bank_stream, loop)
@@ -81,7 +56,7 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
             assert after.watermark == p.watermark and after.state is PartitionState.RUNNING
 
         stop.set()  # the victims' partitions had data in flight; now let the stream catch up
-        loop.run_until(caught_up(bank_stream, writer, workload), timeout_s=180, drain=False)
+        loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
     writer.join()
 
     # The loop has closed, so every run has ended: what landed is final up to the low watermark.
@@ -106,7 +81,7 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
 
 
 def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dagster_instance):
-    workload, writer, stop = start_bank(bank_stream)
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=STALE_RUN_SECONDS)
     everything = spawn("loop")
     # Let it read for a while: the initial partition and a few generations of children.
     deadline = Deadline(120)
@@ -123,7 +98,7 @@ def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dag
 
     stop.set()
     with SensorLoop(build_definitions, dagster_instance, SENSOR, cursor=None) as loop:
-        loop.run_until(caught_up(bank_stream, writer, workload), timeout_s=180, drain=False)
+        loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
         assert loop.stats.failed == 0
     writer.join()
 

@@ -1,0 +1,93 @@
+"""Cleanup on real parts: a stream read by sensor-launched runs, a lake cut that ingested only part
+of what landed, then cleanup passes SIGKILLed right after the first deletion of each step, and a
+full pass. Nothing the changelog has not ingested is removed, each killed step is finished by the
+next pass, and the lake then cuts the whole stream, complete."""
+
+import os
+import signal
+
+from dagster import AssetKey, RunsFilter, materialize
+
+from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState
+from cs_platform.definitions import build_definitions
+from cs_platform.defs.lake_assets import CHECKS
+from cs_platform.dev.sensor_loop import SensorLoop
+from cs_platform.lake.cuts import ingested_landing
+from cs_platform.landing.store import LandingStore
+from cs_platform_tests.defs.processes import spawn, wait_for
+
+PARTITIONS, READER_JOB = "bank_stream_partitions", "bank_stream_read_partition"
+
+
+def asset(defs, *key: str):
+    return [a for a in defs.assets if AssetKey(list(key)) in a.keys]
+
+
+def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
+    for kind in ("METADATA", "RUN", "LANDING"):
+        monkeypatch.setenv(f"CS_PLATFORM_{kind}_RETENTION_SECONDS", "0")
+    workload, writer, stop = bank_stream.start_open_stream()
+    defs = build_definitions()
+    cut_step = asset(defs, "bank_stream", "mirrors")
+    landing = LandingStore(str(bank_stream.landing_root))
+    store = bank_stream.store
+    lake_root = os.path.join(os.environ["CS_PLATFORM_LAKE_ROOT"], "BankStream")
+
+    def unread() -> list[str]:
+        """Landing files the changelog has not ingested (above their directory's mark)."""
+        marks = ingested_landing(lake_root)
+        return [f for f in landing.files("BankStream") if os.path.basename(f) > marks.get(os.path.dirname(f), "")]
+
+    def some_finished_and_landed() -> bool:
+        rows = store.all() if store.table_exists() else []
+        return any(p.state is PartitionState.FINISHED for p in rows) and len(landing.files("BankStream")) >= 2
+
+    with SensorLoop(build_definitions, dagster_instance, bank_stream.sensor) as loop:
+        loop.run_until(some_finished_and_landed, timeout_s=120, drain=False)
+        first = materialize(cut_step, resources=defs.resources, instance=dagster_instance)  # ingests what landed so far
+        loop.run_until(lambda: bool(unread()), timeout_s=120, drain=False)  # and more lands after it
+        stop.set()
+        loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=120, drain=False)
+    writer.join()
+    assert first.success
+    kept = unread()
+    files = landing.files("BankStream")
+
+    def state() -> tuple[int, int, int, int]:
+        keys = len(dagster_instance.get_dynamic_partitions(PARTITIONS))
+        return len(store.all()), keys, dagster_instance.get_runs_count(RunsFilter(job_name=READER_JOB)), len(landing.files("BankStream"))
+
+    before = state()
+    # Each pass is killed right after the first deletion of a step; it finished the steps before it.
+    for step, index in (("metadata", 0), ("keys", 1), ("runs", 2), ("landing", 3)):
+        marker = tmp_path / f"cleanup-{step}.json"
+        process = spawn("cleanup", step, str(marker))
+        assert wait_for(marker)["step"]
+        os.killpg(process.pid, signal.SIGKILL)
+        assert process.wait(timeout=10) == -signal.SIGKILL
+        assert state()[index] == before[index] - 1, f"the pass killed in step {step} made exactly one deletion"
+        assert all(os.path.exists(f) for f in kept), f"a pass killed in step {step} removed a file not yet ingested"
+
+    cleaned = materialize(asset(defs, "bank_stream", "cleanup"), resources=defs.resources, instance=dagster_instance)
+    assert cleaned.success
+    report = cleaned.get_asset_materialization_events()[0].materialization.metadata
+    assert report["landing_files_not_yet_ingested"].value == len(kept)
+    assert report["landing_files_removed"].value == len(files) - len(kept) - 1  # one went in the killed pass
+    assert sorted(landing.files("BankStream")) == sorted(kept)
+    rows = store.all()
+    live = [p for p in rows if p.state is not PartitionState.FINISHED]
+    needed = {INITIAL_PARTITION_TOKEN} | {t for p in live for t in p.parent_tokens}
+    assert all(p.state is not PartitionState.FINISHED or p.token in needed for p in rows)
+    assert len(rows) < before[0]
+    assert set(dagster_instance.get_dynamic_partitions(PARTITIONS)) <= {p.key for p in rows}
+    assert dagster_instance.get_runs_count(RunsFilter(job_name=READER_JOB)) == 0
+
+    # The lake cuts the rest of the stream from what cleanup kept: every committed transaction.
+    second = materialize(cut_step, resources=defs.resources, instance=dagster_instance)
+    assert second.success
+    assert {c.check_name: c.passed for c in second.get_asset_check_evaluations()} == dict.fromkeys(CHECKS, True)
+    applied = [
+        next(m for m in r.asset_materializations_for_node("bank_stream_cut") if m.asset_key == AssetKey(["bank_stream", "mirrors"])).metadata
+        for r in (first, second)
+    ]
+    assert sum(m["transactions"].value for m in applied) == len(workload.committed)
