@@ -42,6 +42,7 @@ class WatchedTable:
 
 
 DEFAULT_RETENTION = timedelta(hours=1)  # version_retention_period when none is set
+MIN_STREAM_RETENTION = timedelta(days=1)  # the shortest retention_period Spanner accepts (and its default)
 _RETENTION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _USER_SCHEMAS = {"", "public"}  # the default schema: GoogleSQL, PostgreSQL
 _GENERATED = "ALWAYS"  # is_generated of a generated column: change streams do not carry them
@@ -129,12 +130,32 @@ def _rows(snap, view: str, timeout_s: float) -> list[dict]:
     return [dict(zip(names, row)) for row in rows]
 
 
+def _duration(text: str, default: timedelta) -> timedelta:
+    """A Spanner duration option (``36h``, ``7d``, ``90m``, ``3600s``); ``default`` when unknown."""
+    text = text.strip().lower()
+    try:
+        return timedelta(seconds=float(text[:-1]) * _RETENTION_UNITS[text[-1]])
+    except (KeyError, ValueError, IndexError):
+        return default
+
+
 def version_retention(database: Database, timeout_s: float = 30.0) -> timedelta:
     """How far back the database serves reads (its ``version_retention_period``; 1 hour unless set)."""
     with database.snapshot() as snap:
         options = {r["option_name"].lower(): r["option_value"] for r in _rows(snap, "database_options", timeout_s)}
-    text = str(options.get("version_retention_period") or "1h").strip().lower()
-    try:
-        return timedelta(seconds=float(text[:-1]) * _RETENTION_UNITS[text[-1]])
-    except (KeyError, ValueError):
-        return DEFAULT_RETENTION  # a spelling this code does not know: Spanner's default, the shortest
+    # A spelling this code does not know: Spanner's default, the shortest.
+    return _duration(str(options.get("version_retention_period") or "1h"), DEFAULT_RETENTION)
+
+
+def change_stream_retention(database: Database, stream: str, timeout_s: float = 30.0) -> timedelta:
+    """How long the stream keeps its records (its ``retention_period``; 1 day unless set)."""
+    with database.snapshot() as snap:
+        options = {
+            r["option_name"].lower(): r["option_value"]
+            for r in _rows(snap, "change_stream_options", timeout_s)
+            if r["change_stream_name"] == stream
+        }
+    # A spelling this code does not know: Spanner's minimum, so a warning comes early, never late.
+    return _duration(str(options.get("retention_period") or "1d"), MIN_STREAM_RETENTION)
+
+

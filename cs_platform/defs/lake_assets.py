@@ -37,6 +37,7 @@ from dagster import (
 
 from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.metadata import utc_now
+from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, watch_retention
 from cs_platform.changestream.snapshot import SourceSnapshot
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
 from cs_platform.lake.cuts import IncompleteTransactionsError, Lake, UntypedValueError
@@ -61,6 +62,12 @@ CHECKS = {
     "watermark_lag": (
         "How far the cut (the stream's low watermark) is behind now. Warns beyond "
         "CS_PLATFORM_MAX_LAG_SECONDS: a partition is stuck or the readers cannot keep up."
+    ),
+    "change_stream_retention": (
+        "The unfinished partitions' watermarks against the change stream's retention_period (1 day unless "
+        "set): warns once one is older than half of it, errors at 80 %, before its records expire unread, "
+        "and for a partition already expired (the partition sensor stops launching it). The way out is in "
+        "the check's metadata."
     ),
     "mirrors_match_source": (
         "At the cut, every watched table has a mirror with the source table's row count, and a random sample "
@@ -161,6 +168,7 @@ def lake_definitions(
             {"lag_seconds": lag, "low_watermark": MetadataValue.timestamp(cut)},
             AssetCheckSeverity.WARN,
         )
+        yield retention_check(watch_retention(store.unfinished(), change_stream.retention_period, utc_now()), stream)
         yield mirrors_match_source(lake, change_stream.source_database(), stream, rebuilds)
         context.log.info(
             f"cut {cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
@@ -252,6 +260,20 @@ def snapshot_metadata(snapshot: SnapshotResult | None) -> dict:
 
 def _check(name: str, passed: bool, metadata: dict, severity: AssetCheckSeverity = AssetCheckSeverity.ERROR) -> AssetCheckResult:
     return AssetCheckResult(check_name=name, passed=passed, severity=severity, metadata=metadata, description=CHECKS[name])
+
+
+def retention_check(watch: RetentionWatch, stream: str) -> AssetCheckResult:
+    metadata = {
+        "status": watch.describe(stream),
+        "oldest_watermark_age_hours": None if watch.oldest_age is None else round(watch.oldest_age.total_seconds() / 3600, 2),
+        "retention_hours": None if watch.retention is None else round(watch.retention.total_seconds() / 3600, 2),
+        "partitions_past_half": len(watch.past_half),
+        "partitions_near_expiry": len(watch.near_expiry),
+        "partitions_expired": len(watch.expired),
+    }
+    severity = AssetCheckSeverity.WARN if watch.level is RetentionLevel.WARN else AssetCheckSeverity.ERROR
+    metadata = {k: v for k, v in metadata.items() if v is not None}
+    return _check("change_stream_retention", watch.level is RetentionLevel.OK, metadata, severity)
 
 
 def mirrors_match_source(lake: Lake, database, stream: str, rebuilds: AssetKey) -> AssetCheckResult:
