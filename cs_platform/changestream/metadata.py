@@ -32,7 +32,7 @@ from google.cloud.spanner_v1 import param_types
 from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.errors import InvalidArgumentError, PartitionNotFoundError, SettingsDriftError
-from cs_platform.changestream.query import validate_heartbeat_millis, validate_identifier
+from cs_platform.changestream.query import RpcPriority, validate_heartbeat_millis, validate_identifier
 from cs_platform.changestream.records import ChildPartitionsRecord
 
 log = logging.getLogger(__name__)
@@ -136,9 +136,12 @@ class PartitionMetadata:
 class PartitionMetadataStore:
     """Reads and writes the partition metadata table of one change stream."""
 
-    def __init__(self, database: Database, table_name: str, timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, database: Database, table_name: str, timeout_s: float = 30.0, priority: RpcPriority = RpcPriority.HIGH
+    ) -> None:
         self.database = database
         self.timeout_s = timeout_s  # deadline of each metadata query: a tick never hangs on Spanner
+        self.options = RpcPriority(priority).request_options  # every read, query and commit carries it
         self.table = validate_identifier(table_name, "metadata table name")  # quoted as `table` in every statement
 
     # ------------------------------------------------------------------------------ schema
@@ -172,6 +175,7 @@ class PartitionMetadataStore:
                     params={"t": self.table},
                     param_types={"t": param_types.STRING},
                     timeout=self.timeout_s,
+                    request_options=self.options,
                 )
             )
         return bool(rows)
@@ -202,6 +206,9 @@ class PartitionMetadataStore:
 
     # ---------------------------------------------------------------------------- writes
 
+    def _in_transaction(self, work, *args):
+        return self.database.run_in_transaction(work, *args, commit_request_options=self.options)
+
     def initialize(self, start: datetime | None, end: datetime | None, heartbeat_millis: int) -> bool:
         """Create the table if needed and insert the initial partition once. True if inserted.
 
@@ -224,7 +231,7 @@ class PartitionMetadataStore:
         )
         if initial.end_timestamp is not None and initial.end_timestamp < initial.start_timestamp:
             raise InvalidArgumentError(f"end timestamp {end} is before start timestamp {initial.start_timestamp}")
-        if self.database.run_in_transaction(self._insert_missing, [initial]):
+        if self._in_transaction(self._insert_missing, [initial]):
             return True
         existing = self.get(INITIAL_PARTITION_TOKEN)
         drift = [
@@ -256,11 +263,11 @@ class PartitionMetadataStore:
             )
             for c in record.child_partitions
         ]
-        return self.database.run_in_transaction(self._insert_missing, children)
+        return self._in_transaction(self._insert_missing, children)
 
     def _insert_missing(self, transaction, partitions: list[PartitionMetadata]) -> int:
         keyset = spanner.KeySet(keys=[[p.token] for p in partitions])
-        present = {row[0] for row in transaction.read(self.table, ["PartitionToken"], keyset)}
+        present = {row[0] for row in transaction.read(self.table, ["PartitionToken"], keyset, request_options=self.options)}
         new = [p for p in partitions if p.token not in present]
         if new:
             transaction.insert(
@@ -288,14 +295,16 @@ class PartitionMetadataStore:
         tokens = list(tokens)
         if not tokens:
             return 0
-        return self.database.run_in_transaction(lambda tx: self._transition(tx, tokens, PartitionState(to)))
+        return self._in_transaction(lambda tx: self._transition(tx, tokens, PartitionState(to)))
 
     def _transition(self, transaction, tokens: list[str], to: PartitionState) -> int:
         """Reads the rows by key and writes mutations: no statement that scans the table, so a
         transition costs the same with a long history (the emulator's DML scans whole tables)."""
         sources, stamp = _TRANSITIONS[to]
         allowed = {s.value for s in sources}
-        rows = transaction.read(self.table, ["PartitionToken", "State"], spanner.KeySet(keys=[[t] for t in tokens]))
+        rows = transaction.read(
+            self.table, ["PartitionToken", "State"], spanner.KeySet(keys=[[t] for t in tokens]), request_options=self.options
+        )
         moving = [token for token, state in rows if state in allowed]
         if moving:
             transaction.update(
@@ -312,7 +321,7 @@ class PartitionMetadataStore:
         """
 
         def work(tx) -> None:
-            found = list(tx.read(self.table, ["Watermark"], spanner.KeySet(keys=[[token]])))
+            found = list(tx.read(self.table, ["Watermark"], spanner.KeySet(keys=[[token]]), request_options=self.options))
             if not found:
                 raise PartitionNotFoundError(
                     f"partition token {token[:40]}… is not in metadata table {self.table}; was the table dropped?"
@@ -322,7 +331,7 @@ class PartitionMetadataStore:
             if finished:
                 self._transition(tx, [token], PartitionState.FINISHED)
 
-        self.database.run_in_transaction(work)
+        self._in_transaction(work)
 
     def delete_finished(self, older_than: timedelta, batch_rows: int = 1_000) -> list[str]:
         """Delete FINISHED rows that finished more than ``older_than`` ago, except parents of
@@ -346,11 +355,12 @@ class PartitionMetadataStore:
                 params={"age": age},
                 param_types={"age": param_types.INT64},
                 timeout=self.timeout_s,
+                request_options=self.options,
             )
             kept = {t for p in unfinished for t in p.parent_tokens} | {INITIAL_PARTITION_TOKEN}
             doomed = [(token, key) for token, key in rows if token not in kept]
         for i in range(0, len(doomed), batch_rows):
-            with self.database.batch() as batch:
+            with self.database.batch(request_options=self.options) as batch:
                 batch.delete(self.table, spanner.KeySet(keys=[[token] for token, _ in doomed[i : i + batch_rows]]))
         if doomed:
             log.info("deleted %d FINISHED rows from %s", len(doomed), self.table)
@@ -365,7 +375,7 @@ class PartitionMetadataStore:
         hint = f"@{{FORCE_INDEX=`{self.table}ByState`}}" if by_state else ""
         sql = f"SELECT {', '.join(COLUMNS)} FROM `{self.table}`{hint} p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
         with self.database.snapshot() as snap:
-            rows = snap.execute_sql(sql, params=params, param_types=types, timeout=self.timeout_s)
+            rows = snap.execute_sql(sql, params=params, param_types=types, timeout=self.timeout_s, request_options=self.options)
             return [PartitionMetadata.from_row(r) for r in rows]
 
     def get(self, token: str) -> PartitionMetadata:
@@ -390,7 +400,12 @@ class PartitionMetadataStore:
             return set()
         with self.database.snapshot() as snap:
             rows = snap.read(
-                self.table, ["PartitionKey"], spanner.KeySet(keys=[[k] for k in keys]), index=f"{self.table}ByKey", timeout=self.timeout_s
+                self.table,
+                ["PartitionKey"],
+                spanner.KeySet(keys=[[k] for k in keys]),
+                index=f"{self.table}ByKey",
+                timeout=self.timeout_s,
+                request_options=self.options,
             )
             return {row[0] for row in rows}
 
@@ -420,10 +435,11 @@ class PartitionMetadataStore:
     def _unfinished(self, snap) -> list[PartitionMetadata]:
         states = spanner.KeySet(ranges=[spanner.KeyRange(start_closed=[s.value], end_closed=[s.value]) for s in UNFINISHED])
         index = f"{self.table}ByState"
-        tokens = [row[0] for row in snap.read(self.table, ["PartitionToken"], states, index=index, timeout=self.timeout_s)]
+        read = dict(timeout=self.timeout_s, request_options=self.options)
+        tokens = [row[0] for row in snap.read(self.table, ["PartitionToken"], states, index=index, **read)]
         if not tokens:
             return []
-        rows = snap.read(self.table, COLUMNS, spanner.KeySet(keys=[[t] for t in tokens]), timeout=self.timeout_s)
+        rows = snap.read(self.table, COLUMNS, spanner.KeySet(keys=[[t] for t in tokens]), **read)
         return sorted((PartitionMetadata.from_row(r) for r in rows), key=lambda p: (p.start_timestamp, p.token))
 
     def schedulable(self) -> list[PartitionMetadata]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from google.cloud.spanner_v1 import param_types
+from google.cloud.spanner_v1 import RequestOptions, param_types
 
 from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError
 
@@ -27,6 +27,19 @@ MAX_HEARTBEAT_MILLIS = 300_000
 class Dialect(str, enum.Enum):
     GOOGLE_STANDARD_SQL = "GOOGLE_STANDARD_SQL"
     POSTGRESQL = "POSTGRESQL"
+
+
+class RpcPriority(str, enum.Enum):
+    """The priority of the change stream and metadata requests: a busy database can serve CDC
+    reads after its own traffic (LOW); HIGH, like Beam's connector, by default."""
+
+    LOW = "LOW"
+    MEDIUM = "MEDIUM"
+    HIGH = "HIGH"
+
+    @property
+    def request_options(self) -> RequestOptions:
+        return RequestOptions(priority=getattr(RequestOptions.Priority, f"PRIORITY_{self.value}"))
 
 
 def validate_identifier(name: str, what: str) -> str:

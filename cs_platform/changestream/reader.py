@@ -21,6 +21,7 @@ not marked FINISHED here: the caller lands the batch first, then calls
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from cs_platform.changestream.metadata import (
     PartitionMetadataStore,
     utc_now,
 )
-from cs_platform.changestream.query import ChangeStreamQuery, Dialect
+from cs_platform.changestream.query import ChangeStreamQuery, Dialect, RpcPriority
 from cs_platform.changestream.records import (
     ChangeRecord,
     ChildPartition,
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 # A query that returns this much earlier than its end timestamp without children ended early.
 # Covers clock skew between this host and Spanner (the emulator runs ~70 ms ahead).
 CLOCK_SKEW_ALLOWANCE = timedelta(seconds=2)
+# A run lands its read in chunks of about this many mods (CS_PLATFORM_LANDING_CHUNK_MODS).
+DEFAULT_CHUNK_MODS = 20_000
 
 
 @dataclass(frozen=True)
@@ -101,15 +104,36 @@ class PartitionBatch:
         return {r.server_transaction_id for r in self.records}
 
 
+def join(chunks: list[PartitionBatch]) -> PartitionBatch:
+    """The chunks of one read as one batch."""
+    first, last = chunks[0], chunks[-1]
+    return PartitionBatch(
+        partition_token=first.partition_token,
+        query_start=first.query_start,
+        query_end=last.query_end,
+        records=tuple(r for c in chunks for r in c.records),
+        children=last.children,
+        watermark=last.watermark,
+        finished=last.finished,
+        heartbeats=sum(c.heartbeats for c in chunks),
+        retries=sum(c.retries for c in chunks),
+        read_started_at=first.read_started_at,
+        first_response_s=first.first_response_s,
+    )
+
+
 @dataclass
 class _Progress:
-    """Mutable state of one read; survives retries."""
+    """Mutable state of one read; survives retries. Counters are per chunk (reset when one is taken)."""
 
     watermark: datetime
+    chunk_start: datetime  # where the records not yet handed out begin
     records: list[DataChangeRecord] = field(default_factory=list)
+    mods: int = 0  # mods in ``records``
     children: dict[str, ChildPartition] = field(default_factory=dict)
     child_start: datetime | None = None
     heartbeats: int = 0
+    retries: int = 0
     first_response_s: float | None = None
     # A replay leaves the metadata table alone: its children were recorded by the first read, and
     # cleanup may have removed them since (inserting them again would read them again).
@@ -118,6 +142,16 @@ class _Progress:
     def drop_unsafe_records(self) -> None:
         """Before a retry, drop records past the watermark: the retry returns them again."""
         self.records = [r for r in self.records if r.commit_timestamp <= self.watermark]
+        self.mods = sum(len(r.mods) for r in self.records)
+
+    def take_safe_records(self) -> list[DataChangeRecord]:
+        """Hand out the records at or below the watermark (every record up to it is among them);
+        keep the rest, which share the latest commit timestamp (more of it may follow)."""
+        safe = [r for r in self.records if r.commit_timestamp <= self.watermark]
+        self.records = self.records[len(safe):]
+        self.mods = sum(len(r.mods) for r in self.records)
+        self.chunk_start = self.watermark + ONE_MICROSECOND
+        return safe
 
 
 def _is_transient(error: gexc.GoogleAPICallError) -> bool:
@@ -169,42 +203,63 @@ class PartitionReader:
         metadata: PartitionMetadataStore,
         retry: RetryPolicy = RetryPolicy(),
         tail: LiveTail = STREAMING,
+        priority: RpcPriority = RpcPriority.HIGH,
     ) -> None:
         self.database = database
+        self.options = RpcPriority(priority).request_options
         self.query = query
         self.metadata = metadata
         self.retry = retry
         self.tail = tail
 
     def read(self, partition: PartitionMetadata, soft_timeout: timedelta) -> PartitionBatch:
-        """Read ``partition`` from just after its watermark for at most ``soft_timeout``."""
+        """Read ``partition`` from just after its watermark for at most ``soft_timeout``, in one batch."""
+        return join(list(self.read_chunks(partition, soft_timeout, chunk_mods=None)))
+
+    def read_chunks(
+        self, partition: PartitionMetadata, soft_timeout: timedelta, chunk_mods: int | None = DEFAULT_CHUNK_MODS
+    ) -> Iterator[PartitionBatch]:
+        """Read ``partition`` from just after its watermark for at most ``soft_timeout``, handing
+        out a chunk whenever ``chunk_mods`` mods are safe below the watermark (None: one chunk).
+
+        Each chunk holds every record of the partition in (previous chunk's watermark, its
+        watermark]; the last one says whether the partition finished. Land a chunk and persist its
+        watermark before asking for the next: memory then holds one chunk, not the whole read.
+        """
         query_start = max(partition.start_timestamp, partition.watermark + ONE_MICROSECOND)
         query_end = utc_now() + soft_timeout
         if partition.end_timestamp is not None:
             query_end = min(query_end, partition.end_timestamp)
-        return self._read(partition, query_start, max(query_end, query_start), partition.watermark)
+        return self._read(partition, query_start, max(query_end, query_start), partition.watermark, chunk_mods)
 
-    def replay(self, partition: PartitionMetadata) -> PartitionBatch:
-        """Re-read what the partition has already landed: [start, watermark] (a backfill).
+    def replay(self, partition: PartitionMetadata, chunk_mods: int | None = None) -> Iterator[PartitionBatch]:
+        """Re-read what the partition has already landed: [start, watermark] (a backfill), in chunks.
 
-        The batch's ``finished`` and watermark say nothing new about the partition; callers land it
-        (duplicates are removed downstream by change identity) and leave the metadata row alone.
+        The chunks' ``finished`` and watermarks say nothing new about the partition; callers land
+        them (duplicates are removed downstream by change identity) and leave the metadata row alone.
         """
         end = max(partition.watermark, partition.start_timestamp)
-        return self._read(partition, partition.start_timestamp, end, partition.start_timestamp - ONE_MICROSECOND, replay=True)
+        start = partition.start_timestamp
+        return self._read(partition, start, end, start - ONE_MICROSECOND, chunk_mods, replay=True)
 
     def _read(
-        self, partition: PartitionMetadata, query_start: datetime, query_end: datetime, watermark: datetime, replay: bool = False
-    ) -> PartitionBatch:
+        self,
+        partition: PartitionMetadata,
+        query_start: datetime,
+        query_end: datetime,
+        watermark: datetime,
+        chunk_mods: int | None,
+        replay: bool = False,
+    ) -> Iterator[PartitionBatch]:
         """Query ``[query_start, query_end]``: in one streaming query, or in polled windows (``tail``)."""
-        token = partition.token
-        progress = _Progress(watermark=watermark, record_children=not replay)
+        progress = _Progress(watermark=watermark, chunk_start=query_start, record_children=not replay)
         read_started_at, began = utc_now(), time.monotonic()
-        retries = 0
+        chunk = functools.partial(self._chunk, partition, query_end, progress, read_started_at)
         while True:
             window_end = self.tail.window_end(utc_now(), query_end)
             if window_end >= max(query_start, progress.watermark + ONE_MICROSECOND):
-                retries += self._query(partition, query_start, window_end, progress, began)
+                for _ in self._query(partition, query_start, window_end, progress, began, chunk_mods):
+                    yield chunk(False)
                 if self._window_done(partition, progress, window_end):
                     break
             if window_end >= query_end:
@@ -214,37 +269,49 @@ class PartitionReader:
         finished = bool(progress.children) or (
             partition.end_timestamp is not None and progress.watermark >= partition.end_timestamp
         )
+        yield chunk(finished)
+
+    def _chunk(
+        self, partition: PartitionMetadata, query_end: datetime, progress: _Progress, read_started_at: datetime, finished: bool
+    ) -> PartitionBatch:
+        query_start = progress.chunk_start
         batch = PartitionBatch(
-            partition_token=token,
+            partition_token=partition.token,
             query_start=query_start,
             query_end=query_end,
-            records=tuple(progress.records),
-            children=tuple(progress.children.values()),
+            records=tuple(progress.take_safe_records()),
+            children=tuple(progress.children.values()) if finished else (),
             watermark=progress.watermark,
             finished=finished,
             heartbeats=progress.heartbeats,
-            retries=retries,
+            retries=progress.retries,
             read_started_at=read_started_at,
             first_response_s=progress.first_response_s,
         )
+        progress.heartbeats = progress.retries = 0
         log.info(
-            "[%s] read %d records (%d mods), %d heartbeats, %d children; watermark %s%s",
+            "[%s] read %d records (%d mods), %d heartbeats%s; watermark %s%s",
             partition.key,
             len(batch.records),
             batch.mod_count,
             batch.heartbeats,
-            len(batch.children),
+            f", {len(batch.children)} children" if finished else " (a chunk)",
             batch.watermark.isoformat(),
             ", partition finished" if finished else "",
         )
         return batch
 
     def _query(
-        self, partition: PartitionMetadata, query_start: datetime, query_end: datetime, progress: _Progress, began: float
-    ) -> int:
-        """Run one query to completion, retrying transient failures from the safe watermark.
-
-        Returns the number of retries."""
+        self,
+        partition: PartitionMetadata,
+        query_start: datetime,
+        query_end: datetime,
+        progress: _Progress,
+        began: float,
+        chunk_mods: int | None,
+    ) -> Iterator[None]:
+        """Run one query to completion, retrying transient failures from the safe watermark; yield
+        whenever a chunk's worth of mods is safe below the watermark (the caller takes it)."""
         attempt = 0
         while True:
             start = max(query_start, progress.watermark + ONE_MICROSECOND)
@@ -253,9 +320,12 @@ class PartitionReader:
                     if progress.first_response_s is None:
                         progress.first_response_s = time.monotonic() - began
                     self._apply(partition, record, progress)
-                return attempt
+                    if chunk_mods and progress.mods >= chunk_mods and progress.records[0].commit_timestamp <= progress.watermark:
+                        yield
+                return
             except TransientError as e:
                 attempt += 1
+                progress.retries += 1
                 if attempt >= self.retry.max_attempts:
                     raise
                 progress.drop_unsafe_records()
@@ -282,6 +352,7 @@ class PartitionReader:
     def _apply(self, partition: PartitionMetadata, record: ChangeRecord, progress: _Progress) -> None:
         if isinstance(record, DataChangeRecord):
             progress.records.append(record)
+            progress.mods += len(record.mods)
             progress.watermark = max(progress.watermark, record.commit_timestamp - ONE_MICROSECOND)
         elif isinstance(record, HeartbeatRecord):
             progress.heartbeats += 1
@@ -300,7 +371,11 @@ class PartitionReader:
         try:
             with self.database.snapshot() as snapshot:
                 results = snapshot.execute_sql(
-                    statement.sql, params=statement.params, param_types=statement.param_types, lazy_decode=True
+                    statement.sql,
+                    params=statement.params,
+                    param_types=statement.param_types,
+                    lazy_decode=True,
+                    request_options=self.options,
                 )
                 if self.query.dialect is Dialect.POSTGRESQL:
                     mapper = PostgresRowMapper(partition.token)

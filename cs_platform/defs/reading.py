@@ -9,6 +9,10 @@ touching the metadata row, which is what a backfill means here.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+
 from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
 
 from cs_platform.changestream.metadata import PartitionMetadata, PartitionState, utc_now
@@ -29,9 +33,10 @@ def read_and_land(
     landing.bind(change_stream.stream_name)  # refuse another source's directory before reading anything
     reader = change_stream.reader()
     replay = partition.state is PartitionState.FINISHED
+    chunk_mods = change_stream.landing_chunk_mods
     if replay:
         context.log.info(f"partition {key} is FINISHED: replaying {partition.start_timestamp} .. {partition.watermark}")
-        batch = reader.replay(partition)
+        chunks = reader.replay(partition, chunk_mods)
     else:
         store.transition([partition.token], PartitionState.RUNNING)
         partition = store.get(partition.token)
@@ -39,13 +44,55 @@ def read_and_land(
             f"reading partition {key} ({partition.state.value}) from watermark {partition.watermark.isoformat()} "
             f"for up to {change_stream.soft_timeout_seconds:g}s"
         )
-        batch = reader.read(partition, change_stream.soft_timeout)
-    landed = landing.write(change_stream.stream_name, key, batch)
-    if landed:
-        context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
-    if not replay:
-        store.record_progress(partition.token, batch.watermark, batch.finished)
-    return MaterializeResult(metadata=materialization_metadata(partition, batch, landed, replay))
+        chunks = reader.read_chunks(partition, change_stream.soft_timeout, chunk_mods)
+    totals = ReadTotals()
+    for chunk in chunks:  # each one durable, then its watermark persisted, before the next is read
+        landed = landing.write(change_stream.stream_name, key, chunk)
+        if landed:
+            context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
+        if not replay:
+            store.record_progress(partition.token, chunk.watermark, chunk.finished)
+        totals.add(chunk, landed)
+    return MaterializeResult(metadata=materialization_metadata(partition, totals, replay))
+
+
+@dataclass
+class ReadTotals:
+    """What the chunks of one read add up to, for its materialization; keeps no records.
+
+    Transactions add up across chunks: a transaction's records in one partition share one commit
+    timestamp, and chunks are cut only between timestamps."""
+
+    chunks: int = 0
+    records: int = 0
+    mods: int = 0
+    transactions: int = 0
+    heartbeats: int = 0
+    retries: int = 0
+    children: int = 0
+    first_commit: datetime | None = None
+    last_commit: datetime | None = None
+    landed_files: list[str] = field(default_factory=list)
+    landed_bytes: int = 0
+    last: PartitionBatch | None = None  # the last chunk: the read's end, watermark and timings
+    query_start: datetime | None = None
+
+    def add(self, chunk: PartitionBatch, landed: LandedFile | None) -> None:
+        self.chunks += 1
+        self.records += len(chunk.records)
+        self.mods += chunk.mod_count
+        self.transactions += len(chunk.transaction_ids)
+        self.heartbeats += chunk.heartbeats
+        self.retries += chunk.retries
+        self.children += len(chunk.children)
+        if chunk.records:
+            self.first_commit = self.first_commit or chunk.records[0].commit_timestamp
+            self.last_commit = chunk.records[-1].commit_timestamp
+        if landed:
+            self.landed_files.append(landed.path)
+            self.landed_bytes += landed.bytes
+        self.query_start = self.query_start or chunk.query_start
+        self.last = dataclasses.replace(chunk, records=())
 
 
 def _refuse_concurrent_read(context: AssetExecutionContext, job_name: str, key: str) -> None:
@@ -69,37 +116,36 @@ def _seconds_between(earlier, later) -> float | None:
     return None if earlier is None or later is None else round((later - earlier).total_seconds(), 2)
 
 
-def materialization_metadata(
-    p: PartitionMetadata, batch: PartitionBatch, landed: LandedFile | None, replay: bool
-) -> dict:
+def materialization_metadata(p: PartitionMetadata, read: ReadTotals, replay: bool) -> dict:
     """What a data engineer asks of one read: how much, how far, how late, and what it found."""
-    commits = [r.commit_timestamp for r in batch.records]
+    last = read.last
     # A replay re-reads a FINISHED partition: it is finished, and lags nothing.
-    finished = replay or batch.finished
+    finished = replay or last.finished
     metadata = {
         "partition_token": p.token,
         "replay": replay,
-        "records": len(batch.records),
-        "mods": batch.mod_count,
-        "transactions": len(batch.transaction_ids),
-        "heartbeats": batch.heartbeats,
-        "children_found": len(batch.children),
+        "records": read.records,
+        "mods": read.mods,
+        "transactions": read.transactions,
+        "heartbeats": read.heartbeats,
+        "children_found": read.children,
         "partition_finished": finished,
-        "query_start": MetadataValue.timestamp(batch.query_start),
-        "query_end": MetadataValue.timestamp(batch.query_end),
-        "watermark": MetadataValue.timestamp(batch.watermark),
-        "watermark_lag_seconds": None if finished else round((utc_now() - batch.watermark).total_seconds(), 1),
-        "transient_retries": batch.retries,
+        "query_start": MetadataValue.timestamp(read.query_start),
+        "query_end": MetadataValue.timestamp(last.query_end),
+        "watermark": MetadataValue.timestamp(last.watermark),
+        "watermark_lag_seconds": None if finished else round((utc_now() - last.watermark).total_seconds(), 1),
+        "transient_retries": read.retries,
         "created_to_scheduled_seconds": _seconds_between(p.created_at, p.scheduled_at),
         "scheduled_to_running_seconds": _seconds_between(p.scheduled_at, p.running_at),
-        "first_response_seconds": None if batch.first_response_s is None else round(batch.first_response_s, 2),
+        "first_response_seconds": None if last.first_response_s is None else round(last.first_response_s, 2),
+        "landed_chunks": len(read.landed_files),
     }
-    if commits:
-        metadata["first_commit_timestamp"] = MetadataValue.timestamp(min(commits))
-        metadata["last_commit_timestamp"] = MetadataValue.timestamp(max(commits))
-    if landed:
-        metadata["landing_path"] = MetadataValue.path(landed.path)
-        metadata["landing_bytes"] = landed.bytes
-    if batch.read_started_at:
-        metadata["read_started_at"] = MetadataValue.timestamp(batch.read_started_at)
+    if read.first_commit:
+        metadata["first_commit_timestamp"] = MetadataValue.timestamp(read.first_commit)
+        metadata["last_commit_timestamp"] = MetadataValue.timestamp(read.last_commit)
+    if read.landed_files:
+        metadata["landing_path"] = MetadataValue.path(read.landed_files[-1])
+        metadata["landing_bytes"] = read.landed_bytes
+    if last.read_started_at:
+        metadata["read_started_at"] = MetadataValue.timestamp(last.read_started_at)
     return {k: v for k, v in metadata.items() if v is not None}

@@ -19,8 +19,8 @@ from cs_platform.changestream.catalog import change_stream_retention, require_ch
 from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.metadata import PartitionMetadataStore
-from cs_platform.changestream.query import ChangeStreamQuery, validate_heartbeat_millis, validate_identifier
-from cs_platform.changestream.reader import PartitionReader
+from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_heartbeat_millis, validate_identifier
+from cs_platform.changestream.reader import DEFAULT_CHUNK_MODS, PartitionReader
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.lake.cuts import POLICIES, Lake
 from cs_platform.landing.source import SourceIdentity
@@ -72,6 +72,8 @@ class ChangeStreamResource(ConfigurableResource):
     # First pause before re-launching a read that made no progress (then doubled). Keep it above the
     # time a launched run takes to show up in the instance, or a slow start looks like a failure.
     retry_backoff_seconds: float = 30.0
+    rpc_priority: str = "HIGH"  # LOW, MEDIUM or HIGH (RequestOptions priority of our requests)
+    landing_chunk_mods: int = DEFAULT_CHUNK_MODS  # a run lands (and persists its watermark) every this many mods
 
     def validated(self) -> "ChangeStreamResource":
         """Fail early, naming the setting (its environment variable), before anything touches Spanner."""
@@ -84,12 +86,18 @@ class ChangeStreamResource(ConfigurableResource):
         soft, stale = env_name("soft_timeout_seconds"), env_name("stale_run_seconds")
         if self.soft_timeout_seconds <= 0:
             raise InvalidArgumentError(f"{soft} must be positive, got {self.soft_timeout_seconds}")
+        if self.landing_chunk_mods < 1:
+            raise InvalidArgumentError(f"{env_name('landing_chunk_mods')} must be at least 1, got {self.landing_chunk_mods}")
         if self.max_parallel_reads < 1:
             raise InvalidArgumentError(f"{env_name('max_parallel_reads')} must be at least 1, got {self.max_parallel_reads}")
         if self.stale_run_seconds <= self.soft_timeout_seconds:
             raise InvalidArgumentError(
                 f"{stale} ({self.stale_run_seconds:g}) must exceed {soft} ({self.soft_timeout_seconds:g}): "
                 "a healthy run would be presumed dead"
+            )
+        if self.rpc_priority not in RpcPriority.__members__:
+            raise InvalidArgumentError(
+                f"{env_name('rpc_priority')}={self.rpc_priority!r} is not a priority: use one of {', '.join(RpcPriority.__members__)}"
             )
         self.start(), self.end()
         return self
@@ -113,7 +121,9 @@ class ChangeStreamResource(ConfigurableResource):
 
     def metadata_store(self) -> PartitionMetadataStore:
         database = self.spanner.database(self.metadata_database_id)
-        return PartitionMetadataStore(database, self.metadata_table_name, timeout_s=self.spanner.timeout_seconds)
+        return PartitionMetadataStore(
+            database, self.metadata_table_name, timeout_s=self.spanner.timeout_seconds, priority=RpcPriority(self.rpc_priority)
+        )
 
     def require_stream(self) -> None:
         """The source database exists (``database()`` checks) and has this change stream."""
@@ -129,7 +139,9 @@ class ChangeStreamResource(ConfigurableResource):
     def reader(self) -> PartitionReader:
         source = self.source_database()
         query = ChangeStreamQuery(self.stream_name, database_dialect(source), self.heartbeat_millis)
-        return PartitionReader(source, query, self.metadata_store(), tail=self.spanner.target().live_tail)
+        return PartitionReader(
+            source, query, self.metadata_store(), tail=self.spanner.target().live_tail, priority=RpcPriority(self.rpc_priority)
+        )
 
 
 class LandingResource(ConfigurableResource):
@@ -278,5 +290,7 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             soft_timeout_seconds=settings.value(environ, "CS_PLATFORM_SOFT_TIMEOUT_SECONDS"),
             max_parallel_reads=settings.value(environ, "CS_PLATFORM_MAX_PARALLEL_READS"),
             stale_run_seconds=settings.value(environ, "CS_PLATFORM_STALE_RUN_SECONDS"),
+            rpc_priority=settings.value(environ, "CS_PLATFORM_RPC_PRIORITY"),
+            landing_chunk_mods=settings.value(environ, "CS_PLATFORM_LANDING_CHUNK_MODS"),
         )
     return resources

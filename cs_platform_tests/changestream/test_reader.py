@@ -5,6 +5,7 @@ from collections import Counter
 from datetime import timedelta
 
 import pytest
+from google.cloud.spanner_v1 import RequestOptions
 
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import (
@@ -16,8 +17,8 @@ from cs_platform.changestream.errors import (
     TransientError,
     UnknownChangeStreamError,
 )
-from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
-from cs_platform.changestream.query import ChangeStreamQuery
+from cs_platform.changestream.metadata import ONE_MICROSECOND, PartitionMetadataStore, PartitionState, utc_now
+from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority
 from cs_platform.changestream.reader import PartitionReader, RetryPolicy
 from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.tail import POLLING, STREAMING
@@ -200,3 +201,55 @@ def test_polling_sends_only_windows_already_past_and_ends_on_the_deadline(bank, 
     )
     assert sum(committed.values()) > 100
     assert read == committed, f"missing {committed - read}, extra {read - committed}"
+
+
+def test_every_request_carries_the_configured_priority(bank, metadata_database):
+    """The requests reach the emulator (which serves them; it does not schedule by priority) with
+    the priority set: change stream query, metadata reads and queries, commits."""
+    start = utc_now()
+    BankWorkload(bank).create_account()  # something to read (not a request of ours)
+    sent: list[tuple[str, object]] = []
+    for database in (bank, metadata_database):
+        api = database.spanner_api
+        for method in ("execute_streaming_sql", "streaming_read", "commit", "execute_sql"):
+            def spy(*args, _call=getattr(api, method), _method=method, **kwargs):
+                sent.append((_method, kwargs.get("request", args[0] if args else None)))
+                return _call(*args, **kwargs)
+
+            setattr(api, method, spy)
+    store = PartitionMetadataStore(metadata_database, "Prioritized", priority=RpcPriority.LOW)
+    reader = PartitionReader(bank, ChangeStreamQuery("BankStream", heartbeat_millis=500), store, priority=RpcPriority.LOW)
+    batch = read_initial(reader, store, start)
+    store.record_progress("initial", batch.watermark, batch.finished)
+    store.unfinished()
+    store.delete_finished(timedelta(0))
+    methods = Counter(method for method, _ in sent)
+    assert {"execute_streaming_sql", "streaming_read", "commit"} <= set(methods), methods
+    assert any("READ_BankStream" in request.sql for method, request in sent if method == "execute_streaming_sql")
+    other = [(method, request) for method, request in sent if request.request_options.priority != RequestOptions.Priority.PRIORITY_LOW]
+    assert not other, f"requests sent without the priority: {other}"
+
+
+def test_a_read_in_chunks_hands_out_every_record_once_and_never_splits_a_commit(bank, metadata_database):
+    reader, store = make_reader(bank, metadata_database)
+    start = utc_now()
+    store.initialize(start, None, 500)
+    BankWorkload(bank).run(5, 40, progress_every=0)
+    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True)
+    children = store.schedulable()
+    whole = {c.token: reader.read(c, timedelta(seconds=1)) for c in children}
+    data = max(children, key=lambda c: len(whole[c.token].records))  # the emulator puts the data in one
+    chunks = list(reader.read_chunks(data, timedelta(seconds=1), chunk_mods=10))
+
+    assert len(chunks) >= 3 and all(c.records for c in chunks[:-1])
+    identity = [(r.server_transaction_id, r.record_sequence) for c in chunks for r in c.records]
+    assert identity == [(r.server_transaction_id, r.record_sequence) for r in whole[data.token].records]
+    assert chunks[0].query_start == data.watermark + ONE_MICROSECOND
+    for before, after in zip(chunks, chunks[1:]):
+        assert not before.finished and not before.children
+        assert all(r.commit_timestamp <= before.watermark for r in before.records)
+        assert all(r.commit_timestamp > before.watermark for r in after.records)  # no commit split between chunks
+        assert after.query_start == before.watermark + ONE_MICROSECOND
+    # Memory holds about one chunk: a chunk is cut as soon as 10 mods are pending and some are safe.
+    largest_record = max(len(r.mods) for c in chunks for r in c.records)
+    assert all(c.mod_count < 10 + largest_record for c in chunks)

@@ -8,7 +8,6 @@ aged instead: metadata rows are written with watermarks hours in the past."""
 from datetime import timedelta
 
 import pytest
-from google.cloud import spanner
 
 from cs_platform.changestream.catalog import change_stream_retention
 from cs_platform.changestream.metadata import COLUMNS, INITIAL_PARTITION_TOKEN, PartitionMetadataStore, PartitionState, partition_key, utc_now

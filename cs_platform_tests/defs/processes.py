@@ -2,8 +2,9 @@
 
 ``python -m cs_platform_tests.defs.processes loop``: the sensor loop with its run workers, forever.
 ``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
-partition KEY that stops dead at POINT (``before_landing`` or ``after_landing``, the latter being
-after the landing write and before the watermark update), writes MARKER and waits to be killed.
+partition KEY that stops dead at POINT (``before_landing``; ``after_landing``: after the landing
+write and before the watermark update; ``between_chunks``: after a chunk landed and its watermark
+was persisted, with more of the read to come), writes MARKER and waits to be killed.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
 
@@ -20,11 +21,14 @@ import sys
 import time
 from pathlib import Path
 
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance, materialize
+from google.cloud.spanner_v1.batch import Batch
 
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.sensor_loop import SensorLoop
+from cs_platform.changestream.metadata import PartitionMetadataStore
+from cs_platform.landing.location import Location
 from cs_platform.landing.store import LandingStore
 
 SENSOR = "bank_stream_partition_sensor"
@@ -52,18 +56,29 @@ def _run_until_killed() -> None:
 
 
 def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
-    land = LandingStore.write
+    land, persist = LandingStore.write, PartitionMetadataStore.record_progress
+    last = {}
 
-    def stop_dead(landed) -> None:
-        marker.write_text(json.dumps({"pid": os.getpid(), "landed": landed.path if landed else None, "rows": landed.rows if landed else 0}))
+    def stop_dead(landed, **more) -> None:
+        found = {"pid": os.getpid(), "landed": landed.path if landed else None, "rows": landed.rows if landed else 0, **more}
+        marker.write_text(json.dumps(found))
         time.sleep(3600)
 
     def write(self, stream, key, batch):
         if point == "before_landing":
             stop_dead(None)
-        stop_dead(land(self, stream, key, batch))
+        last["landed"] = land(self, stream, key, batch)
+        if point == "after_landing":
+            stop_dead(last["landed"])
+        return last["landed"]
+
+    def record_progress(self, token, watermark, finished):
+        persist(self, token, watermark, finished)
+        if point == "between_chunks" and not finished:  # a chunk landed, its watermark persisted, more to read
+            stop_dead(last["landed"], watermark=watermark.isoformat())
 
     LandingStore.write = write
+    PartitionMetadataStore.record_progress = record_progress
     job = build_definitions().resolve_job_def(JOB)
     with DagsterInstance.get() as instance:
         job.execute_in_process(instance=instance, partition_key=partition_key)
@@ -83,12 +98,6 @@ def _stop_after_first(owner: type, method: str, marker: Path) -> None:
 
 
 def _crashing_cleanup(step: str, marker: Path) -> None:
-    from dagster import AssetKey, materialize
-    from google.cloud.spanner_v1.batch import Batch
-
-    from cs_platform.changestream.metadata import PartitionMetadataStore
-    from cs_platform.landing.location import Location
-
     if step == "metadata":  # one row per commit, so the kill falls between two of its commits
         delete_finished = PartitionMetadataStore.delete_finished
         PartitionMetadataStore.delete_finished = lambda self, older_than: delete_finished(self, older_than, batch_rows=1)

@@ -113,3 +113,32 @@ def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dag
         resume_from = max(p.start_timestamp, p.watermark + ONE_MICROSECOND)
         assert any(r.query_start == resume_from for r in chains[p.key]), f"{p.key} did not resume at its watermark"
     print(f"restart: {len(before)} partitions before, {len(interrupted)} interrupted, {len(after)} in the end")
+
+
+def test_a_run_killed_between_chunks_keeps_what_it_landed_and_loses_nothing(bank_stream, dagster_instance, tmp_path, monkeypatch):
+    monkeypatch.setenv("CS_PLATFORM_LANDING_CHUNK_MODS", "20")  # a run's read is many chunks
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=STALE_RUN_SECONDS)
+    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
+        loop.run_for(8)
+        victims = reading_partitions(bank_stream, loop)
+        processes = {p.key: spawn("run", p.key, "between_chunks", str(tmp_path / f"{p.key}.json")) for p in victims}
+        # A partition with data stops after its first chunk; one without ends its run normally.
+        deadline = Deadline(120)
+        while any(process.poll() is None and not (tmp_path / f"{key}.json").exists() for key, process in processes.items()):
+            assert not deadline.expired(), f"runs neither ended nor stopped between chunks ({deadline.describe()})"
+            time.sleep(0.1)
+        markers = {key: wait_for(tmp_path / f"{key}.json") for key in processes if (tmp_path / f"{key}.json").exists()}
+        assert markers, "no run read more than one chunk: the writer was idle?"
+        for key in markers:
+            os.killpg(processes[key].pid, signal.SIGKILL)
+            assert processes[key].wait(timeout=10) == -signal.SIGKILL
+            after = bank_stream.store.get_by_key(key)
+            # What the killed run landed stays landed, and its watermark says so.
+            assert after.watermark.isoformat() == markers[key]["watermark"] and after.state is PartitionState.RUNNING
+            assert 0 < markers[key]["rows"] < 40, "the first chunk holds about CS_PLATFORM_LANDING_CHUNK_MODS mods"
+
+        stop.set()
+        loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
+    writer.join()
+    result = assert_no_loss(bank_stream.landing_root, workload, bank_stream.store.low_watermark())
+    assert result.duplicates == 0  # the re-launched reads began after the killed runs' last chunk

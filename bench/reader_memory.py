@@ -1,0 +1,144 @@
+"""Peak memory of one reader run against the length of its read: 10k, 100k and 1M mods.
+
+On a private emulator whose partitions never churn (so one partition holds all the data), a table
+gets 1M rows in 500-row transactions; the commit times after 10k, 100k and 1M rows are the ends of
+three streams' ranges (one metadata database each). For each, the initial partition is read here
+(as the sensor's first run would) and then each child partition by the real reader job, in a fresh
+process as Dagster's run launcher starts it. The peak RSS (ru_maxrss) of the run that read the data
+is read when it exits. Baseline in the same run: 100k mods landed as one chunk (what every run did
+before reads were landed in chunks of CS_PLATFORM_LANDING_CHUNK_MODS).
+
+    .venv/bin/python bench/reader_memory.py [--sizes 10000 100000 1000000]
+
+Prints ``rss_mb_10k``, ``rss_mb_100k``, ``rss_mb_1m``, ``rss_growth_1m_over_10k`` (goal: at most
+1.5) and the baseline ``rss_mb_100k_one_chunk``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from dagster import AssetKey, DagsterInstance
+
+from cs_platform.changestream.connection import SpannerTarget
+from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore, utc_now
+from cs_platform.changestream.query import ChangeStreamQuery
+from cs_platform.changestream.reader import PartitionReader
+from cs_platform.dev.emulator import SpannerEmulator
+from cs_platform.dev.workload import create_database, create_instance
+
+PROJECT, INSTANCE, STREAM = "bench", "bench", "EventStream"
+DDL = [
+    "CREATE TABLE Events (Id INT64 NOT NULL, Kind STRING(32), Amount INT64, Note STRING(MAX)) PRIMARY KEY (Id)",
+    f"CREATE CHANGE STREAM {STREAM} FOR Events",
+]
+JOB, PARTITIONS, ASSET = "event_stream_read_partition", "event_stream_partitions", AssetKey(["event_stream", "landed_changes"])
+ROWS_PER_COMMIT = 500
+RUN = """
+import sys
+from dagster import DagsterInstance
+from cs_platform.definitions import build_definitions
+job = build_definitions().resolve_job_def(sys.argv[1])
+with DagsterInstance.get() as instance:
+    quiet = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+    job.execute_in_process(instance=instance, partition_key=sys.argv[2], run_config=quiet)
+"""
+
+
+def write(database, total: int, marks: list[int]) -> dict[int, object]:
+    """Insert ``total`` rows; returns the commit time after each mark (rows written so far)."""
+    ends, began = {}, time.monotonic()
+    for first in range(0, total, ROWS_PER_COMMIT):
+        with database.batch() as batch:
+            batch.insert("Events", ["Id", "Kind", "Amount", "Note"], [[i, "deposit", i, f"note {i}"] for i in range(first, first + ROWS_PER_COMMIT)])
+        written = first + ROWS_PER_COMMIT
+        if written in marks:
+            ends[written] = batch.committed + timedelta(milliseconds=1)
+        if written % 100_000 == 0:
+            print(f"# wrote {written:,} rows in {time.monotonic() - began:.0f}s", flush=True)
+    return ends
+
+
+def peak_rss_mb(key: str, env: dict) -> float:
+    """Run the reader job for partition ``key`` in a fresh process; its peak RSS in MB."""
+    process = subprocess.Popen([sys.executable, "-c", RUN, JOB, key], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(process.pid, 0)
+    if status != 0:
+        raise RuntimeError(f"the run of {key} failed: {process.stderr.read().decode()[-2000:]}")
+    return usage.ru_maxrss / 1024
+
+
+def measure(instance, emulator, workdir: Path, start, end, name: str, chunk_mods: int | None) -> tuple[float, int]:
+    """Read [start, end] with a fresh metadata database; (peak RSS of the largest run, mods read)."""
+    metadata = create_database(instance, name, [])
+    store = PartitionMetadataStore(metadata, f"{STREAM}Metadata")
+    store.initialize(start, end, 300_000)
+    source = SpannerTarget(PROJECT, INSTANCE, "events", emulator.host).connect()
+    reader = PartitionReader(source, ChangeStreamQuery(STREAM, heartbeat_millis=300_000), store)
+    store.record_progress(INITIAL_PARTITION_TOKEN, reader.read(store.get(INITIAL_PARTITION_TOKEN), timedelta(hours=1)).watermark, True)
+    env = {
+        **os.environ,
+        "CS_PLATFORM_SPANNER_PROJECT": PROJECT,
+        "CS_PLATFORM_SPANNER_INSTANCE": INSTANCE,
+        "CS_PLATFORM_SPANNER_DATABASE": "events",
+        "CS_PLATFORM_METADATA_DATABASE": name,
+        "CS_PLATFORM_CHANGE_STREAMS": STREAM,
+        "SPANNER_EMULATOR_HOST": emulator.host,
+        "CS_PLATFORM_START_TIMESTAMP": start.isoformat(),
+        "CS_PLATFORM_END_TIMESTAMP": end.isoformat(),
+        "CS_PLATFORM_HEARTBEAT_MILLIS": "300000",
+        "CS_PLATFORM_SOFT_TIMEOUT_SECONDS": "3600",
+        "CS_PLATFORM_STALE_RUN_SECONDS": "7200",
+        "CS_PLATFORM_LANDING_ROOT": str(workdir / name / "landing"),
+        "DAGSTER_HOME": str(workdir / name / "dagster_home"),
+    }
+    if chunk_mods:
+        env["CS_PLATFORM_LANDING_CHUNK_MODS"] = str(chunk_mods)
+    (workdir / name / "dagster_home").mkdir(parents=True)
+    keys = [p.key for p in store.schedulable()]
+    with DagsterInstance.from_config(env["DAGSTER_HOME"]) as dagster:
+        dagster.add_dynamic_partitions(PARTITIONS, keys)
+        peak = max(peak_rss_mb(key, env) for key in keys)
+        mods = sum(r.asset_materialization.metadata["mods"].value for r in dagster.fetch_materializations(ASSET, limit=100).records)
+    return peak, mods
+
+
+def label(n: int) -> str:
+    return f"{n // 1_000_000}m" if n >= 1_000_000 else f"{n // 1_000}k"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    sizes = sorted(args.sizes)
+    baseline_size = sizes[len(sizes) // 2]
+    with SpannerEmulator(churn=False) as emulator, tempfile.TemporaryDirectory(prefix="reader_memory") as tmp:
+        client = SpannerTarget(PROJECT, INSTANCE, "events", emulator.host).client()
+        instance = create_instance(client, INSTANCE)
+        database = create_database(instance, "events", DDL)
+        start = utc_now()
+        ends = write(database, sizes[-1], sizes)
+        rss = {}
+        for n in sizes:
+            rss[n], mods = measure(instance, emulator, Path(tmp), start, ends[n], f"meta-{label(n)}", None)
+            assert mods == n, f"the runs read {mods} mods, expected {n}"
+            print(f"rss_mb_{label(n)}: {rss[n]:.0f}", flush=True)
+        one_chunk, mods = measure(instance, emulator, Path(tmp), start, ends[baseline_size], f"one-{label(baseline_size)}", 10**9)
+        assert mods == baseline_size
+    print(f"rss_growth_{label(sizes[-1])}_over_{label(sizes[0])}: {rss[sizes[-1]] / rss[sizes[0]]:.2f}")
+    print(f"rss_mb_{label(baseline_size)}_one_chunk: {one_chunk:.0f}  # baseline: the same read landed as one chunk")
+    print(f"rss_one_chunk_over_chunked_{label(baseline_size)}: {one_chunk / rss[baseline_size]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
