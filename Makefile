@@ -39,6 +39,7 @@ bench: setup check-emulator
 	$(PY) bench/lake_apply.py
 	$(PY) bench/lake_cost.py
 	$(PY) bench/sensor_scale.py
+	$(PY) bench/reader_memory.py
 	$(PY) bench/snapshot_throughput.py
 	$(PY) bench/lake_storage.py
 	$(PY) bench/freshness.py

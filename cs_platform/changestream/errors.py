@@ -82,3 +82,8 @@ class WatchedTableMissingError(TerminalError):
 
 class UnsupportedColumnTypeError(TerminalError):
     """Raised when a watched column's type has no mapping in cs_platform."""
+
+
+class ResultTooLargeError(TerminalError):
+    """Raised when Spanner cannot hold a query's result in memory (the emulator caps it at 128 MB).
+    The reader narrows its query window and reads on; raised only when even a narrow one fails."""

@@ -36,6 +36,7 @@ from cs_platform.changestream.errors import (
     InvalidArgumentError,
     InvalidPartitionTokenError,
     PartitionEndedWithoutChildrenError,
+    ResultTooLargeError,
     StartTimestampOutOfRangeError,
     TerminalError,
     TransientError,
@@ -63,6 +64,8 @@ log = logging.getLogger(__name__)
 # A query that returns this much earlier than its end timestamp without children ended early.
 # Covers clock skew between this host and Spanner (the emulator runs ~70 ms ahead).
 CLOCK_SKEW_ALLOWANCE = timedelta(seconds=2)
+# A window whose result the server could not hold is halved, down to this.
+MIN_WINDOW = timedelta(milliseconds=100)
 # A run lands its read in chunks of about this many mods (CS_PLATFORM_LANDING_CHUNK_MODS).
 DEFAULT_CHUNK_MODS = 20_000
 
@@ -148,7 +151,7 @@ class _Progress:
         """Hand out the records at or below the watermark (every record up to it is among them);
         keep the rest, which share the latest commit timestamp (more of it may follow)."""
         safe = [r for r in self.records if r.commit_timestamp <= self.watermark]
-        self.records = self.records[len(safe):]
+        self.records = [r for r in self.records if r.commit_timestamp > self.watermark]
         self.mods = sum(len(r.mods) for r in self.records)
         self.chunk_start = self.watermark + ONE_MICROSECOND
         return safe
@@ -188,6 +191,8 @@ def translate_error(error: gexc.GoogleAPICallError, stream: str, key: str, start
             "can serve (before the stream was created or older than its retention period): use a start "
             f"timestamp inside the retention window. Spanner said: {error.message}"
         )
+    if isinstance(error, gexc.ResourceExhausted) and "Out of memory" in text:
+        return ResultTooLargeError(f"Spanner ran out of memory for the query of {where} of stream {stream}: {error.message}")
     if isinstance(error, gexc.NotFound):
         return DatabaseNotFoundError(f"database or instance not found while reading stream {stream}: {error.message}")
     return TerminalError(f"Spanner error reading {where} of stream {stream}: {text}")
@@ -255,11 +260,18 @@ class PartitionReader:
         progress = _Progress(watermark=watermark, chunk_start=query_start, record_children=not replay)
         read_started_at, began = utc_now(), time.monotonic()
         chunk = functools.partial(self._chunk, partition, query_end, progress, read_started_at)
+        span: timedelta | None = None  # set once a window's result was too large for the server
         while True:
             window_end = self.tail.window_end(utc_now(), query_end)
+            if span is not None:
+                window_end = min(window_end, max(query_start, progress.watermark + ONE_MICROSECOND) + span)
             if window_end >= max(query_start, progress.watermark + ONE_MICROSECOND):
-                for _ in self._query(partition, query_start, window_end, progress, began, chunk_mods):
-                    yield chunk(False)
+                try:
+                    for _ in self._query(partition, query_start, window_end, progress, began, chunk_mods):
+                        yield chunk(False)
+                except ResultTooLargeError as e:
+                    span = self._narrower(partition, progress, query_start, window_end, e)
+                    continue
                 if self._window_done(partition, progress, window_end):
                     break
             if window_end >= query_end:
@@ -270,6 +282,17 @@ class PartitionReader:
             partition.end_timestamp is not None and progress.watermark >= partition.end_timestamp
         )
         yield chunk(finished)
+
+    def _narrower(
+        self, partition: PartitionMetadata, progress: _Progress, query_start: datetime, window_end: datetime, error: ResultTooLargeError
+    ) -> timedelta:
+        """Half the window that failed: the records before the failure up to the watermark stay."""
+        progress.drop_unsafe_records()
+        span = (window_end - max(query_start, progress.watermark + ONE_MICROSECOND)) / 2
+        if span < MIN_WINDOW:
+            raise error
+        log.info("[%s] the server could not hold the query's result; reading on in windows of %s", partition.key, span)
+        return span
 
     def _chunk(
         self, partition: PartitionMetadata, query_end: datetime, progress: _Progress, read_started_at: datetime, finished: bool
@@ -321,7 +344,7 @@ class PartitionReader:
                         progress.first_response_s = time.monotonic() - began
                     self._apply(partition, record, progress)
                     if chunk_mods and progress.mods >= chunk_mods and progress.records[0].commit_timestamp <= progress.watermark:
-                        yield
+                        yield  # records arrive in commit timestamp order: the first is safe if any is
                 return
             except TransientError as e:
                 attempt += 1

@@ -24,16 +24,13 @@ from dagster import (
     AssetKey,
     DagsterInstance,
     DagsterRunStatus,
-    DefaultScheduleStatus,
     MaterializeResult,
     RunsFilter,
-    ScheduleDefinition,
     asset,
-    define_asset_job,
-    in_process_executor,
 )
 
 from cs_platform.changestream.metadata import PartitionMetadataStore
+from cs_platform.defs.schedules import scheduled_job
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource, LandingResource, RetentionResource
 from cs_platform.lake.cuts import ingested_landing
 from cs_platform.landing.store import RemovedLanding
@@ -126,19 +123,8 @@ def cleanup_definitions(slug: str, stream: str, resource_key: str, partitions_de
         )
         return MaterializeResult(metadata=cleanup_metadata(result))
 
-    job = define_asset_job(
-        f"{slug}_cleanup",
-        selection=[key],
-        executor_def=in_process_executor,
-        description=f"One cleanup pass over stream {stream}: finished partitions, their keys, old runs, ingested landing files.",
-    )
-    schedule = ScheduleDefinition(
-        name=f"{slug}_cleanup_schedule",
-        job=job,
-        cron_schedule=cron,
-        default_status=DefaultScheduleStatus.RUNNING,
-        description=f"Cleanup of {stream} (CS_PLATFORM_CLEANUP_CRON).",
-    )
+    what = f"One cleanup pass over stream {stream}: finished partitions, their keys, old runs, ingested landing files"
+    job, schedule = scheduled_job(f"{slug}_cleanup", key, cron, "CS_PLATFORM_CLEANUP_CRON", what)
     return stream_cleanup, job, schedule
 
 

@@ -7,17 +7,14 @@ concurrency tag, so with the run queue's limit (README, Concurrency) a pass neve
 from dagster import (
     AssetExecutionContext,
     AssetKey,
-    DefaultScheduleStatus,
     MaterializeResult,
     MetadataValue,
-    ScheduleDefinition,
     asset,
-    define_asset_job,
-    in_process_executor,
 )
 
 from cs_platform.defs.lake_assets import LAKE_TAG
 from cs_platform.defs.resources import LakeResource
+from cs_platform.defs.schedules import scheduled_job
 from cs_platform.lake.maintenance import MaintenanceResult, maintain
 
 
@@ -46,20 +43,8 @@ def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, 
         )
         return MaterializeResult(metadata=maintenance_metadata(result))
 
-    job = define_asset_job(
-        f"{slug}_lake_maintenance",
-        selection=[key],
-        executor_def=in_process_executor,
-        tags={LAKE_TAG: stream},
-        description=f"One maintenance pass over the lake of {stream} (compaction, purge, VACUUM).",
-    )
-    schedule = ScheduleDefinition(
-        name=f"{slug}_lake_maintenance_schedule",
-        job=job,
-        cron_schedule=cron,
-        default_status=DefaultScheduleStatus.RUNNING,
-        description=f"Lake maintenance of {stream} (CS_PLATFORM_LAKE_MAINTENANCE_CRON).",
-    )
+    what = f"One maintenance pass over the lake of {stream} (compaction, purge, VACUUM)"
+    job, schedule = scheduled_job(f"{slug}_lake_maintenance", key, cron, "CS_PLATFORM_LAKE_MAINTENANCE_CRON", what, {LAKE_TAG: stream})
     return lake_maintenance, job, schedule
 
 
