@@ -19,7 +19,7 @@ check-emulator: setup
 	@$(PY) -c "from cs_platform.dev.emulator import find_emulator_binary as f; print('emulator:', f())"
 
 test: setup check-emulator
-	$(PY) -m pytest cs_platform_tests --durations=12
+	$(PY) -m pytest cs_platform_tests --durations=25
 
 demo: setup check-emulator
 	$(PY) -m cs_platform.dev.demo

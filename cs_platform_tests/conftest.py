@@ -46,7 +46,9 @@ _names = itertools.count(1)
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory) -> SpannerEmulator:
     log_path = Path(tmp_path_factory.mktemp("emulator")) / "emulator.log"
-    emu = SpannerEmulator(partition_alive_seconds=3, log_path=log_path)
+    # One emulator serves the whole suite, which makes a fresh database per test: more than the 100 an
+    # instance may hold on Cloud Spanner (and the emulator by default).
+    emu = SpannerEmulator(partition_alive_seconds=3, log_path=log_path, extra_flags=("--override_max_databases_per_instance=400",))
     emu.start()  # raises EmulatorNotInstalledError with install instructions if missing
     yield emu
     emu.stop()

@@ -16,6 +16,7 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import JsonObject
 
 from cs_platform.definitions import build_definitions
+from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.lake.types import utc
 from cs_platform.pipeline import stream_cut
 from cs_platform.dev.workload import start_after
@@ -106,7 +107,7 @@ def test_reserved_words_mixed_case_every_type_and_an_interleaved_table_end_to_en
     result = materialize([lake_step], resources=defs.resources, instance=dagster_instance)
     assert result.success
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
-    assert checks == dict.fromkeys(["complete_transactions_below_low_watermark", "typed_values", "watermark_lag", "mirrors_match_source"], True)
+    assert checks == dict.fromkeys(CHECKS, True)
 
     lake = defs.resources["lake"].lake(spark, "Orders")
     assert lake.cuts() == [start, stream_cut(orders.store)]
