@@ -38,8 +38,13 @@ def task_executors(event_logs) -> dict[str, set[str]]:
     """Per Spark application (one per lake run), the executors its tasks ran on."""
     found = {}
     for log in sorted(event_logs.iterdir()):
-        events = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-        found[log.name.removesuffix(".inprogress")] = {e["Task Info"]["Executor ID"] for e in events if e["Event"] == "SparkListenerTaskEnd"}
+        name = log.name.removesuffix(".inprogress")
+        try:
+            text = log.read_text()
+        except FileNotFoundError:  # the run ended since the listing: Spark renamed its log
+            text = (event_logs / name).read_text()
+        events = [json.loads(line) for line in text.splitlines() if line.strip()]
+        found[name] = {e["Task Info"]["Executor ID"] for e in events if e["Event"] == "SparkListenerTaskEnd"}
     return found
 
 

@@ -25,9 +25,9 @@ from dagster import (
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState, utc_now
 from cs_platform.changestream.retention import RetentionLevel, watch_retention
+from cs_platform.defs.cleanup import cleanup_definitions
 from cs_platform.defs.lake_assets import lake_definitions
 from cs_platform.defs.lake_maintenance import lake_maintenance_definitions
-from cs_platform.defs.cleanup import cleanup_definitions
 from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions, rebuild_key
 from cs_platform.defs.reading import read_and_land

@@ -30,8 +30,8 @@ from dagster import (
 )
 
 from cs_platform.changestream.metadata import PartitionMetadataStore
-from cs_platform.defs.schedules import scheduled_job
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource, LandingResource, RetentionResource
+from cs_platform.defs.schedules import scheduled_job
 from cs_platform.lake.cuts import ingested_landing
 from cs_platform.landing.store import RemovedLanding
 
