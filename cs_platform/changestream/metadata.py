@@ -368,12 +368,8 @@ class PartitionMetadataStore:
 
     # ----------------------------------------------------------------------------- reads
 
-    def _query(
-        self, where: str = "", params: dict | None = None, types: dict | None = None, by_state: bool = False
-    ) -> list[PartitionMetadata]:
-        """``by_state``: read through the State index (Spanner may not pick it on its own)."""
-        hint = f"@{{FORCE_INDEX=`{self.table}ByState`}}" if by_state else ""
-        sql = f"SELECT {', '.join(COLUMNS)} FROM `{self.table}`{hint} p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
+    def _query(self, where: str = "", params: dict | None = None, types: dict | None = None) -> list[PartitionMetadata]:
+        sql = f"SELECT {', '.join(COLUMNS)} FROM `{self.table}` p {where} ORDER BY p.StartTimestamp, p.PartitionToken"
         with self.database.snapshot() as snap:
             rows = snap.execute_sql(sql, params=params, param_types=types, timeout=self.timeout_s, request_options=self.options)
             return [PartitionMetadata.from_row(r) for r in rows]
@@ -411,14 +407,6 @@ class PartitionMetadataStore:
 
     def all(self) -> list[PartitionMetadata]:
         return self._query()
-
-    def in_states(self, states: Iterable[PartitionState]) -> list[PartitionMetadata]:
-        return self._query(
-            "WHERE p.State IN UNNEST(@s)",
-            {"s": [PartitionState(s).value for s in states]},
-            {"s": param_types.Array(param_types.STRING)},
-            by_state=True,
-        )
 
     def unfinished(self) -> "UnfinishedPartitions":
         """Every partition not yet FINISHED: what a sensor tick decides from.

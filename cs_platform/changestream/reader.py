@@ -107,24 +107,6 @@ class PartitionBatch:
         return {r.server_transaction_id for r in self.records}
 
 
-def join(chunks: list[PartitionBatch]) -> PartitionBatch:
-    """The chunks of one read as one batch."""
-    first, last = chunks[0], chunks[-1]
-    return PartitionBatch(
-        partition_token=first.partition_token,
-        query_start=first.query_start,
-        query_end=last.query_end,
-        records=tuple(r for c in chunks for r in c.records),
-        children=last.children,
-        watermark=last.watermark,
-        finished=last.finished,
-        heartbeats=sum(c.heartbeats for c in chunks),
-        retries=sum(c.retries for c in chunks),
-        read_started_at=first.read_started_at,
-        first_response_s=first.first_response_s,
-    )
-
-
 @dataclass
 class _Progress:
     """Mutable state of one read; survives retries. Counters are per chunk (reset when one is taken)."""
@@ -219,7 +201,8 @@ class PartitionReader:
 
     def read(self, partition: PartitionMetadata, soft_timeout: timedelta) -> PartitionBatch:
         """Read ``partition`` from just after its watermark for at most ``soft_timeout``, in one batch."""
-        return join(list(self.read_chunks(partition, soft_timeout, chunk_mods=None)))
+        (batch,) = self.read_chunks(partition, soft_timeout, chunk_mods=None)
+        return batch
 
     def read_chunks(
         self, partition: PartitionMetadata, soft_timeout: timedelta, chunk_mods: int | None = DEFAULT_CHUNK_MODS

@@ -56,7 +56,7 @@ class LocalRunner:
         running: dict[str, Future] = {}
         with ThreadPoolExecutor(max_workers=self.max_parallel, thread_name_prefix="partition") as pool:
             # Restart: partitions left SCHEDULED/RUNNING by an earlier process resume from their watermark.
-            for p in self.metadata.in_states([PartitionState.SCHEDULED, PartitionState.RUNNING]):
+            for p in self.metadata.unfinished().in_states(PartitionState.SCHEDULED, PartitionState.RUNNING):
                 running[p.token] = pool.submit(self._read_one, p.token)
             while time.monotonic() < deadline:
                 unfinished = self.metadata.unfinished()

@@ -10,7 +10,7 @@ touching the metadata row, which is what a backfill means here.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
@@ -63,7 +63,6 @@ class ReadTotals:
     Transactions add up across chunks: a transaction's records in one partition share one commit
     timestamp, and chunks are cut only between timestamps."""
 
-    chunks: int = 0
     records: int = 0
     mods: int = 0
     transactions: int = 0
@@ -72,13 +71,13 @@ class ReadTotals:
     children: int = 0
     first_commit: datetime | None = None
     last_commit: datetime | None = None
-    landed_files: list[str] = field(default_factory=list)
+    landed_chunks: int = 0
+    landing_path: str | None = None  # the last file landed
     landed_bytes: int = 0
     last: PartitionBatch | None = None  # the last chunk: the read's end, watermark and timings
     query_start: datetime | None = None
 
     def add(self, chunk: PartitionBatch, landed: LandedFile | None) -> None:
-        self.chunks += 1
         self.records += len(chunk.records)
         self.mods += chunk.mod_count
         self.transactions += len(chunk.transaction_ids)
@@ -89,7 +88,8 @@ class ReadTotals:
             self.first_commit = self.first_commit or chunk.records[0].commit_timestamp
             self.last_commit = chunk.records[-1].commit_timestamp
         if landed:
-            self.landed_files.append(landed.path)
+            self.landed_chunks += 1
+            self.landing_path = landed.path
             self.landed_bytes += landed.bytes
         self.query_start = self.query_start or chunk.query_start
         self.last = dataclasses.replace(chunk, records=())
@@ -138,13 +138,13 @@ def materialization_metadata(p: PartitionMetadata, read: ReadTotals, replay: boo
         "created_to_scheduled_seconds": _seconds_between(p.created_at, p.scheduled_at),
         "scheduled_to_running_seconds": _seconds_between(p.scheduled_at, p.running_at),
         "first_response_seconds": None if last.first_response_s is None else round(last.first_response_s, 2),
-        "landed_chunks": len(read.landed_files),
+        "landed_chunks": read.landed_chunks,
     }
     if read.first_commit:
         metadata["first_commit_timestamp"] = MetadataValue.timestamp(read.first_commit)
         metadata["last_commit_timestamp"] = MetadataValue.timestamp(read.last_commit)
-    if read.landed_files:
-        metadata["landing_path"] = MetadataValue.path(read.landed_files[-1])
+    if read.landing_path:
+        metadata["landing_path"] = MetadataValue.path(read.landing_path)
         metadata["landing_bytes"] = read.landed_bytes
     if last.read_started_at:
         metadata["read_started_at"] = MetadataValue.timestamp(last.read_started_at)

@@ -29,8 +29,9 @@ def reading_partitions(bank_stream, loop):
     emulator puts all data in is among them. Ticks until no child waits to be scheduled."""
     while True:
         loop.wait_for_runs()
-        found = bank_stream.store.in_states([PartitionState.SCHEDULED, PartitionState.RUNNING])
-        if found and not bank_stream.store.schedulable():
+        unfinished = bank_stream.store.unfinished()
+        found = unfinished.in_states(PartitionState.SCHEDULED, PartitionState.RUNNING)
+        if found and not unfinished.schedulable:
             return found
         loop.tick()
 
