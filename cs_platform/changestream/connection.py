@@ -19,7 +19,13 @@ from cs_platform.changestream.errors import CredentialsError, DatabaseNotFoundEr
 from cs_platform.changestream.query import Dialect
 from cs_platform.changestream.tail import POLLING, STREAMING, LiveTail
 
-MULTIPLEXED_RW_ENV = "GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW"
+# The client multiplexes transactions over one session per ``Database`` unless these say "false":
+# read-only snapshots, partitioned reads (batch snapshots) and read-write transactions respectively.
+MULTIPLEXED_SESSION_SETTINGS = (
+    "GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS",
+    "GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_PARTITIONED_OPS",
+    "GOOGLE_CLOUD_SPANNER_MULTIPLEXED_SESSIONS_FOR_RW",
+)
 
 
 @dataclass(frozen=True)
@@ -39,9 +45,12 @@ class SpannerTarget:
 
     def client(self) -> spanner.Client:
         if self.emulator_host:
-            # The emulator loses concurrent read-write transactions on multiplexed sessions
-            # ("Transaction not found"); pooled sessions work. Cloud Spanner is unaffected.
-            os.environ.setdefault(MULTIPLEXED_RW_ENV, "false")
+            # The emulator has no multiplexed sessions: on one, a later transaction drops the earlier
+            # ones, so threads sharing a Database fail with "Transaction not found" (read-only,
+            # partitioned and read-write alike). Pooled sessions give each transaction a session of
+            # its own. The client reads these per transaction; Cloud Spanner multiplexes safely.
+            for setting in MULTIPLEXED_SESSION_SETTINGS:
+                os.environ.setdefault(setting, "false")
             return spanner.Client(
                 project=self.project,
                 credentials=AnonymousCredentials(),

@@ -13,7 +13,10 @@ or, better, a separate one so metadata writes never contend with the workload). 
   an existing table is a no-op, so restarts never re-initialize (Beam #32509).
 
 Watermark semantics: every record of the partition with commit_timestamp <= Watermark is durably
-landed. A new partition starts at ``StartTimestamp - 1µs``: nothing landed yet.
+landed. A new partition starts at ``reads_from - 1µs``: nothing landed yet. The stream's first
+partitions (the initial query's children, which start at the stream's start T0)
+read from just after T0: a commit at T0 belongs to the snapshot (DESIGN invariant 8), so the
+changelog holds exactly the commits of (T0, end].
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import enum
 import hashlib
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Sequence
 
@@ -109,6 +112,14 @@ class PartitionMetadata:
     @property
     def is_initial(self) -> bool:
         return self.token == INITIAL_PARTITION_TOKEN
+
+    @property
+    def reads_from(self) -> datetime:
+        """The first commit timestamp this partition reads (and replays). A child of the initial
+        partition is one of the stream's first: it starts at T0, whose commits are the snapshot's,
+        so it reads from just after T0. (The initial query itself returns only those children.)"""
+        first_of_stream = self.parent_tokens == (INITIAL_PARTITION_TOKEN,)
+        return self.start_timestamp + ONE_MICROSECOND if first_of_stream else self.start_timestamp
 
     @property
     def query_token(self) -> str | None:
@@ -263,6 +274,7 @@ class PartitionMetadataStore:
             )
             for c in record.child_partitions
         ]
+        children = [replace(c, watermark=c.reads_from - ONE_MICROSECOND) for c in children]  # nothing landed yet
         return self._in_transaction(self._insert_missing, children)
 
     def _insert_missing(self, transaction, partitions: list[PartitionMetadata]) -> int:

@@ -214,20 +214,20 @@ class PartitionReader:
         watermark]; the last one says whether the partition finished. Land a chunk and persist its
         watermark before asking for the next: memory then holds one chunk, not the whole read.
         """
-        query_start = max(partition.start_timestamp, partition.watermark + ONE_MICROSECOND)
+        query_start = max(partition.reads_from, partition.watermark + ONE_MICROSECOND)
         query_end = utc_now() + soft_timeout
         if partition.end_timestamp is not None:
             query_end = min(query_end, partition.end_timestamp)
         return self._read(partition, query_start, max(query_end, query_start), partition.watermark, chunk_mods)
 
     def replay(self, partition: PartitionMetadata, chunk_mods: int | None = None) -> Iterator[PartitionBatch]:
-        """Re-read what the partition has already landed: [start, watermark] (a backfill), in chunks.
+        """Re-read what the partition has already landed: [reads_from, watermark] (a backfill), in chunks.
 
         The chunks' ``finished`` and watermarks say nothing new about the partition; callers land
         them (duplicates are removed downstream by change identity) and leave the metadata row alone.
         """
-        end = max(partition.watermark, partition.start_timestamp)
-        start = partition.start_timestamp
+        start = partition.reads_from
+        end = max(partition.watermark, start)
         return self._read(partition, start, end, start - ONE_MICROSECOND, chunk_mods, replay=True)
 
     def _read(

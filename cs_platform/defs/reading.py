@@ -35,7 +35,7 @@ def read_and_land(
     replay = partition.state is PartitionState.FINISHED
     chunk_mods = change_stream.landing_chunk_mods
     if replay:
-        context.log.info(f"partition {key} is FINISHED: replaying {partition.start_timestamp} .. {partition.watermark}")
+        context.log.info(f"partition {key} is FINISHED: replaying {partition.reads_from} .. {partition.watermark}")
         chunks = reader.replay(partition, chunk_mods)
     else:
         store.transition([partition.token], PartitionState.RUNNING)

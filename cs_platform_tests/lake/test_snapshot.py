@@ -69,6 +69,36 @@ def test_a_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_datab
     assert not differing, f"(snapshot, stream) values differ: {differing}"
 
 
+def test_a_commit_at_the_start_is_in_the_snapshot_only(make_database, spark, tmp_path, emulator):
+    """DESIGN invariant 8 at its seam: the stream starts at exactly the commit timestamp T0 of a
+    transaction. That transaction is in the snapshot (cut T0) and not in the changelog, which holds
+    exactly the mods of (T0, end]; a replay of the first partitions keeps the same rule."""
+    db = make_database([DDL, "CREATE CHANGE STREAM ItemsStream FOR Items"])
+    meta = make_database([])
+    with db.batch() as at_start:
+        at_start.insert("Items", COLUMNS, [to_client({**ROW, "Id": 1}), to_client({**ROW, "Id": 2})])
+    start = at_start.committed
+    with db.batch() as after:
+        after.insert("Items", COLUMNS, [to_client({**ROW, "Id": 3})])
+    landing = LandingStore(str(tmp_path / "landing"))
+    store = PartitionMetadataStore(meta, "ItemsMetadata")
+    end = land_stream(db, ChangeStreamQuery("ItemsStream", heartbeat_millis=500), store, start, landing)
+
+    landed = landing.read("ItemsStream").to_pylist()
+    assert {r["commit_timestamp"] for r in landed} == {after.committed}, "a commit at T0 was read by the stream"
+    lake = Lake(spark, str(tmp_path / "lake"))
+    assert take_snapshot(lake, SpannerTarget(PROJECT, INSTANCE, db.database_id, emulator.host), "ItemsStream", start).rows == {"Items": 2}
+    lake.changelog.ingest(landing.files("ItemsStream"))
+    assert lake.changelog.table().count() == 1  # the insert of Id 3
+    assert lake.apply_cut(end).mods == 1
+    assert sorted(r.Id for r in lake.mirrors_at_cut()["Items"].collect()) == [1, 2, 3]
+
+    reader = PartitionReader(db, ChangeStreamQuery("ItemsStream", heartbeat_millis=500), store)
+    first = [p for p in store.all() if not p.parent_tokens and not p.is_initial]
+    replayed = [r for p in first for chunk in reader.replay(p) for r in chunk.records]
+    assert start not in {r.commit_timestamp for r in replayed}, "a replay of a first partition read the commit at T0"
+
+
 PG_DDL = [
     """CREATE TABLE items (id bigint NOT NULL, name varchar, amount numeric, doc jsonb, score float8, ratio float4,
         flag bool, raw bytea, day date, seen timestamptz, tags bigint[], PRIMARY KEY (id))""",
