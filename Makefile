@@ -1,11 +1,13 @@
 # make test / make demo set up everything they need on a fresh clone: a .venv with the pinned
-# packages (PyPI) and a private Spanner emulator process (started and stopped by the code itself).
+# packages (PyPI), the system programs they run (the Spanner emulator, and for the tests Chromium
+# and PostgreSQL: installed with apt-get when missing, or the exact commands are printed), and a
+# private Spanner emulator process (started and stopped by the code itself).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo dev stack bench setup check-emulator clean
+.PHONY: test demo dev stack bench setup clean
 
 setup: $(STAMP)
 
@@ -15,24 +17,28 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-check-emulator: setup
-	@$(PY) -c "from cs_platform.dev.emulator import find_emulator_binary as f; print('emulator:', f())"
+NEEDS := $(PY) -m cs_platform.dev.prerequisites
 
-test: setup check-emulator
+test: setup
+	$(NEEDS) emulator chromium postgresql
 	$(PY) -m pytest cs_platform_tests --durations=25
 
-demo: setup check-emulator
+demo: setup
+	$(NEEDS) emulator
 	$(PY) -m cs_platform.dev.demo
 
-dev: setup check-emulator
+dev: setup
+	$(NEEDS) emulator
 	$(PY) -m cs_platform.dev.serve
 
 # The production shape on this machine: gs:// on a GCS emulator, a Spark standalone cluster,
 # Dagster on PostgreSQL with dagster-daemon and dagster-webserver as separate processes.
-stack: setup check-emulator
+stack: setup
+	$(NEEDS) emulator postgresql
 	$(PY) -m cs_platform.dev.stack
 
-bench: setup check-emulator
+bench: setup
+	$(NEEDS) emulator
 	$(PY) bench/reader_throughput.py
 	$(PY) bench/live_tail_latency.py
 	$(PY) bench/orchestration_latency.py

@@ -28,9 +28,10 @@ def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
             resources[ChangeStreamNames(stream).resource_key],
             sensor_interval_seconds=settings.value(environ, "CS_PLATFORM_SENSOR_INTERVAL_SECONDS"),
             lake_interval_seconds=lake_interval(environ),
-            max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
+            max_lag_seconds=max_lag(environ),
             maintenance_cron=settings.value(environ, "CS_PLATFORM_LAKE_MAINTENANCE_CRON"),
             cleanup_cron=settings.value(environ, "CS_PLATFORM_CLEANUP_CRON"),
+            bounded=settings.value(environ, "CS_PLATFORM_END_TIMESTAMP") is not None,
         )
         for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")
     ]
@@ -41,6 +42,16 @@ def lake_interval(environ: Mapping[str, str]) -> int:
     seconds = settings.value(environ, "CS_PLATFORM_LAKE_INTERVAL_SECONDS")
     if seconds < 10:
         raise settings.SettingError(f"CS_PLATFORM_LAKE_INTERVAL_SECONDS={seconds} is below 10: use 10 or more seconds")
+    return seconds
+
+
+def max_lag(environ: Mapping[str, str]) -> float:
+    seconds = settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS")
+    if seconds < 120:
+        raise settings.SettingError(
+            f"CS_PLATFORM_MAX_LAG_SECONDS={seconds:g} is below 120: use 120 or more seconds (the mirrors' freshness "
+            "policy warns at half of it, and Dagster's least freshness window is a minute)"
+        )
     return seconds
 
 

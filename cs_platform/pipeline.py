@@ -37,14 +37,28 @@ class UnknownTableError(TerminalError):
     """A rebuild was asked of a table the change stream does not watch."""
 
 
-def stream_cut(store: PartitionMetadataStore) -> datetime | None:
+@dataclass(frozen=True)
+class StreamPosition:
+    cut: datetime  # every transaction committed at or before it is landed
+    finished: bool  # every partition FINISHED: the cut is the stream's end, nothing is left to read (nor late)
+
+
+def stream_position(store: PartitionMetadataStore) -> StreamPosition | None:
     """The low watermark; once every partition is FINISHED, the stream's end timestamp (every
     partition read up to it; cleanup may have removed their rows since, never the initial one).
     None before the sensor's first tick created the metadata table."""
     if not store.table_exists():
         return None
     low = store.low_watermark()
-    return low if low is not None else store.get(INITIAL_PARTITION_TOKEN).end_timestamp
+    if low is not None:
+        return StreamPosition(low, finished=False)
+    return StreamPosition(store.get(INITIAL_PARTITION_TOKEN).end_timestamp, finished=True)
+
+
+def stream_cut(store: PartitionMetadataStore) -> datetime | None:
+    """The cut of :func:`stream_position`."""
+    position = stream_position(store)
+    return position.cut if position is not None else None
 
 
 def source_identity(target: SpannerTarget, stream: str, store: PartitionMetadataStore) -> SourceIdentity:
@@ -55,10 +69,14 @@ def source_identity(target: SpannerTarget, stream: str, store: PartitionMetadata
 
 @dataclass(frozen=True)
 class LakeAdvance:
-    cut: datetime
+    position: StreamPosition
     ingested: IngestResult
     result: CutResult
     snapshot: SnapshotResult | None = None  # the lake's start, when this advance took it
+
+    @property
+    def cut(self) -> datetime:
+        return self.position.cut
 
 
 def ingest_landing(lake: Lake, landing: LandingStore, stream: str, source: SourceIdentity) -> IngestResult:
@@ -107,12 +125,12 @@ def take_snapshot(
 def advance_lake(lake: Lake, landing: LandingStore, store: PartitionMetadataStore, target: SpannerTarget, stream: str) -> LakeAdvance | None:
     """One consistent cut at the stream's cut, after the snapshot at the stream's start if the
     lake has no cut yet; None before the stream has partitions."""
-    cut = stream_cut(store)  # first the watermark, then the files
-    if cut is None:
+    position = stream_position(store)  # first the watermark, then the files
+    if position is None:
         return None
     ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
     snapshot = start_from_snapshot(lake, target, stream, store) if lake.last_published() is None else None
-    return LakeAdvance(cut, ingested, lake.apply_cut(cut), snapshot)
+    return LakeAdvance(position, ingested, lake.apply_cut(position.cut), snapshot)
 
 
 @dataclass(frozen=True)

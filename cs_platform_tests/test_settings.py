@@ -21,6 +21,7 @@ BASE = {"CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i",
         ("CS_PLATFORM_START_TIMESTAMP", "yesterday", "CS_PLATFORM_START_TIMESTAMP='yesterday' is not valid: it takes an RFC 3339 timestamp"),
         ("CS_PLATFORM_UNTYPED_VALUES", "skip", "CS_PLATFORM_UNTYPED_VALUES='skip' is not valid: it takes one of fail, quarantine"),
         ("CS_PLATFORM_LAKE_INTERVAL_SECONDS", "5", "CS_PLATFORM_LAKE_INTERVAL_SECONDS=5 is below 10"),
+        ("CS_PLATFORM_MAX_LAG_SECONDS", "60", "CS_PLATFORM_MAX_LAG_SECONDS=60 is below 120: use 120 or more"),
         ("CS_PLATFORM_CHANGE_STREAMS", "Bank Stream", r"change stream name \(CS_PLATFORM_CHANGE_STREAMS\) 'Bank Stream'"),
     ],
 )

@@ -43,7 +43,7 @@ from cs_platform.defs.resources import ChangeStreamResource, LakeResource
 from cs_platform.lake.cuts import IncompleteTransactionsError, Lake, UntypedValueError
 from cs_platform.lake.mirrors import primary_key, sample_keys
 from cs_platform.lake.snapshot import SnapshotResult
-from cs_platform.pipeline import advance_lake, stream_cut
+from cs_platform.pipeline import StreamPosition, advance_lake, stream_cut
 
 LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per stream (tag concurrency limit)
 SAMPLE_KEYS = 100
@@ -61,7 +61,8 @@ CHECKS = {
     ),
     "watermark_lag": (
         "How far the cut (the stream's low watermark) is behind now. Warns beyond "
-        "CS_PLATFORM_MAX_LAG_SECONDS: a partition is stuck or the readers cannot keep up."
+        "CS_PLATFORM_MAX_LAG_SECONDS: a partition is stuck or the readers cannot keep up. A finished "
+        "stream (every partition read to its end timestamp) is complete, not late: it passes, and says so."
     ),
     "change_stream_retention": (
         "The unfinished partitions' watermarks against the change stream's retention_period (1 day unless "
@@ -87,9 +88,15 @@ def lake_definitions(
     resource_key: str,
     max_lag_seconds: float,
     interval_seconds: int,
+    bounded: bool = False,
 ) -> tuple:
     """The lake step (changelog + mirrors), its job and its sensor (which also keeps ``tables``,
-    the rebuilds' partitions, equal to the tables the stream watches)."""
+    the rebuilds' partitions, equal to the tables the stream watches).
+
+    An open-ended stream never finishes, so its mirrors carry a time-window freshness policy. A
+    ``bounded`` stream (an end timestamp is set) finishes, and then its mirrors are final: a policy
+    that only counts time since the last materialization would call it late forever after. Its
+    lateness is the ``watermark_lag`` check's, which tells a live stream from a finished one."""
     changelog_key, mirrors_key = AssetKey([slug, "changelog"]), AssetKey([slug, "mirrors"])
     group = f"{slug}_lake"
 
@@ -108,7 +115,9 @@ def lake_definitions(
                 deps=[changelog_key, rebuilds],
                 group_name=group,
                 kinds={"spark", "delta"},
-                freshness_policy=FreshnessPolicy.time_window(
+                freshness_policy=None
+                if bounded
+                else FreshnessPolicy.time_window(
                     fail_window=timedelta(seconds=max_lag_seconds), warn_window=timedelta(seconds=max_lag_seconds / 2)
                 ),
                 description=(
@@ -150,7 +159,7 @@ def lake_definitions(
                 "duplicates_dropped": advance.ingested.duplicates,
             },
         )
-        lag = round((utc_now() - cut).total_seconds(), 1)
+        lag = 0.0 if advance.position.finished else round((utc_now() - cut).total_seconds(), 1)
         yield _check("complete_transactions_below_low_watermark", True, {"incomplete": 0})
         quarantined = lake.quarantine.transactions()
         yield _check(
@@ -162,12 +171,7 @@ def lake_definitions(
                 "first": "; ".join(f"{q['server_transaction_id']}: {q['reason']}" for q in quarantined[:5]) or "none",
             },
         )
-        yield _check(
-            "watermark_lag",
-            lag <= settings.max_lag_seconds,
-            {"lag_seconds": lag, "low_watermark": MetadataValue.timestamp(cut)},
-            AssetCheckSeverity.WARN,
-        )
+        yield lag_check(advance.position, lag, settings.max_lag_seconds)
         yield retention_check(watch_retention(store.unfinished(), change_stream.retention_period, utc_now()), stream)
         yield mirrors_match_source(lake, change_stream.source_database(), stream, rebuilds)
         context.log.info(
@@ -185,6 +189,7 @@ def lake_definitions(
                 "quarantined_transactions": len({v.transaction for v in result.quarantined}),
                 "mirror_versions": MetadataValue.json(result.versions),
                 "lag_seconds": lag,
+                "stream_finished": advance.position.finished,
                 **snapshot_metadata(advance.snapshot),
             },
         )
@@ -244,6 +249,18 @@ def plan_lake_run(context: SensorEvaluationContext, job_name: str, stream: str, 
             return SkipReason(f"the low watermark of {stream} is still {cut.isoformat()}, the last requested cut")
         return RunRequest(run_key=f"cut-{cut.isoformat()}-retry-{int(time.time())}", tags={LAKE_TAG: stream})
     return RunRequest(run_key=f"cut-{cut.isoformat()}", tags={LAKE_TAG: stream})
+
+
+def lag_check(position: StreamPosition, lag: float, max_lag_seconds: float) -> AssetCheckResult:
+    """Late beyond ``max_lag_seconds``, unless the stream is finished: then the cut is its end
+    timestamp, every partition was read to it, and however long ago that was, nothing is late."""
+    status = (
+        f"finished: every partition was read to the end timestamp {position.cut.isoformat()}; the lake holds the whole stream"
+        if position.finished
+        else f"live: the cut is {lag:g} s behind now (late beyond {max_lag_seconds:g} s, CS_PLATFORM_MAX_LAG_SECONDS)"
+    )
+    metadata = {"lag_seconds": lag, "low_watermark": MetadataValue.timestamp(position.cut), "stream_finished": position.finished, "status": status}
+    return _check("watermark_lag", position.finished or lag <= max_lag_seconds, metadata, AssetCheckSeverity.WARN)
 
 
 def snapshot_metadata(snapshot: SnapshotResult | None) -> dict:

@@ -3,19 +3,28 @@ and mirrors brings the mirrors to the stream's cut, and the asset checks pass (c
 transactions, lag, mirrors vs the source read at the cut); a maintenance pass in between leaves the
 cut readable, so materializing again is a no-op cut whose checks still pass."""
 
+from datetime import timedelta
+
 from dagster import AssetKey, materialize
 
+from cs_platform.changestream.metadata import utc_now
+
 from cs_platform.definitions import build_definitions
+from cs_platform.defs import lake_assets
 from cs_platform.defs.lake_assets import CHECKS
 
 
 def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
     monkeypatch.setenv("CS_PLATFORM_SPARK_MASTER", "local[2]")
+    monkeypatch.setenv("CS_PLATFORM_MAX_LAG_SECONDS", "120")  # the least it takes (a freshness warn window of a minute)
     workload, end = bank_stream.read_short_window(dagster_instance)
+    # The checks look at the finished stream three minutes on: its cut, the end, is past the max lag.
+    monkeypatch.setattr(lake_assets, "utc_now", lambda: utc_now() + timedelta(minutes=3))
 
     defs = build_definitions()
     cut_step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
+    assert cut_step[0].specs_by_key[AssetKey(["bank_stream", "mirrors"])].freshness_policy is None  # a bounded stream finishes
     maintenance = [a for a in defs.assets if AssetKey(["bank_stream", "lake_maintenance"]) in a.keys]
     results = [materialize(cut_step, resources=defs.resources, instance=dagster_instance)]
     maintained = materialize(maintenance, resources=defs.resources, instance=dagster_instance)
@@ -26,8 +35,10 @@ def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, d
     assert "mirrors/Accounts" in report["tables"].value
     for result in results:
         assert result.success
-        checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
-        assert checks == dict.fromkeys(CHECKS, True)
+        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+        assert {name: c.passed for name, c in checks.items()} == dict.fromkeys(CHECKS, True)
+        lag = checks["watermark_lag"].metadata  # finished: complete, not late, and it says so
+        assert lag["stream_finished"].value is True and lag["lag_seconds"].value == 0 and lag["status"].value.startswith("finished")
     first, second = (
         next(m for m in r.asset_materializations_for_node("bank_stream_cut") if m.asset_key == AssetKey(["bank_stream", "mirrors"])).metadata
         for r in results
