@@ -79,6 +79,14 @@ def _apt_knows(package: str) -> bool:
     return policy.returncode == 0 and "Candidate:" in policy.stdout and "Candidate: (none)" not in policy.stdout
 
 
+def _apt(out, *command: str) -> None:
+    """Run an apt-get command quietly; what it said is shown only when it failed."""
+    done = subprocess.run(command, env=APT_ENV, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        said = (done.stdout + done.stderr).strip().splitlines()
+        print(f"{' '.join(command)} failed ({done.returncode}):\n  " + "\n  ".join(said[-15:]), file=out)
+
+
 def _commands(missing: Sequence[Requirement]) -> str:
     sudo = "" if os.geteuid() == 0 else "sudo "
     lines = [f"  {r.package}: {r.repository}, then" for r in missing if r.repository]
@@ -98,11 +106,10 @@ def ensure(
     prefix = apt_prefix() if shutil.which("apt-get") else None
     if prefix is not None:
         print(f"installing {' '.join(r.package for r in missing)} with apt-get (a minute or two)", file=out)
-        subprocess.run([*prefix, "apt-get", "update", "-qq"], env=APT_ENV, check=False)
+        _apt(out, *prefix, "apt-get", "update", "-qq")
         installable = [r for r in missing if _apt_knows(r.package)]
         if installable:
-            command = [*prefix, "apt-get", "install", "-y", "-qq", *(r.package for r in installable)]
-            subprocess.run(command, env=APT_ENV, check=False)
+            _apt(out, *prefix, "apt-get", "install", "-y", "-qq", *(r.package for r in installable))
         missing = [r for r in missing if not r.found()]
     if missing:
         print(f"still missing: {', '.join(r.what for r in missing)}. Install it and run make again:\n{_commands(missing)}", file=out)
