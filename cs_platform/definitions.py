@@ -1,7 +1,7 @@
 """The code location loaded by ``dagster dev -w workspace.yaml``, ``[tool.dagster]`` and Dagster+.
 
 Configuration comes from the environment (the table is ``cs_platform.settings.SETTINGS``, also in
-the README), so the same code reads the emulator or Cloud Spanner. The required settings are
+docs/settings.md), so the same code reads the emulator or Cloud Spanner. The required settings are
 ``EnvVar``s, read when a run or tick needs them, so the UI loads even before they are set (a tick
 then fails naming the missing variable). A value that does not parse fails the load, naming its
 variable; an unknown ``CS_PLATFORM_*`` variable is warned about with the closest known name.

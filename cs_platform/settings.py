@@ -1,7 +1,7 @@
 """Every setting the product reads from the environment, parsed in one place.
 
 Each setting is an environment variable with a parser, a default and a line of documentation (the
-README's settings table is this table). A value that does not parse is an error naming the
+table in docs/settings.md is this table). A value that does not parse is an error naming the
 variable and what it takes; an unknown ``CS_PLATFORM_*`` variable (a typo) is warned about with
 the closest known name, since a misspelt setting otherwise silently keeps its default.
 """

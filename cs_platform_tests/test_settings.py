@@ -53,6 +53,6 @@ def test_the_definitions_load_as_a_code_location_would():
     assert {s.name for s in defs.sensors} == {"bank_stream_partition_sensor", "bank_stream_lake_sensor"}
 
 
-def test_the_readme_lists_every_setting():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    assert [s for s in settings.SETTINGS if f"`{s}`" not in readme] == []
+def test_the_settings_page_lists_every_setting():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "settings.md").read_text()
+    assert [s for s in settings.SETTINGS if f"`{s}`" not in page] == []

@@ -256,7 +256,7 @@ class PartitionMetadataStore:
         if drift:
             raise SettingsDriftError(
                 f"the stream was started with other settings: {'; '.join(drift)}. Set them back to the table's "
-                "values, or reset the stream to start over with the new ones (python -m cs_platform.reset, see README)"
+                "values, or reset the stream to start over with the new ones (python -m cs_platform.reset, see docs/settings.md)"
             )
         return False
 

@@ -35,7 +35,7 @@ class RetentionLevel(str, enum.Enum):
 def way_out(stream: str) -> str:
     return (
         f"Find out why the oldest partitions stopped (their runs' logs), and fix it while there is time. If records "
-        f"have expired, the way out is a new start: python -m cs_platform.reset {stream} (README, Start, end and reset); "
+        f"have expired, the way out is a new start: python -m cs_platform.reset {stream} (docs/settings.md, Start, end and reset); "
         "the new start snapshots the source, so the mirrors are whole again, without the changes in between."
     )
 

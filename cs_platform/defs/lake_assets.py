@@ -57,7 +57,7 @@ CHECKS = {
     "typed_values": (
         "Every value under the cut has a value of its column's type, and the quarantine table is empty. "
         "Red when a cut stopped on an untyped value (policy fail) or set a transaction aside (policy "
-        "quarantine) until an operator resolves it (README, Quarantine)."
+        "quarantine) until an operator resolves it (docs/lake.md, Quarantine)."
     ),
     "watermark_lag": (
         "How far the cut (the stream's low watermark) is behind now. Warns beyond "

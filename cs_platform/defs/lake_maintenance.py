@@ -1,7 +1,7 @@
 """Lake maintenance in Dagster: one asset per stream, materialized by its own schedule.
 
 Thin: a pass is ``cs_platform.lake.maintenance.maintain``. Its job carries the lake runs'
-concurrency tag, so with the run queue's limit (README, Concurrency) a pass never runs beside a cut.
+concurrency tag, so with the run queue's limit (docs/dagster.md, Concurrency) a pass never runs beside a cut.
 """
 
 from dagster import (

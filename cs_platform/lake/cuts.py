@@ -232,7 +232,7 @@ class Lake:
                 raise UntypedValueError(
                     f"{len(bad)} value(s) committed in ({previous}, {cut}] cannot be typed, so the cut was not "
                     f"applied: {'; '.join(v.describe() for v in bad[:5])}. Set CS_PLATFORM_UNTYPED_VALUES="
-                    "quarantine to set such transactions aside and apply the rest (see README, Quarantine).",
+                    "quarantine to set such transactions aside and apply the rest (see docs/lake.md, Quarantine).",
                     bad,
                 )
             if bad:

@@ -5,7 +5,7 @@ A cut checks every value it would apply against its column's type before it touc
 value is appended to ``<lake>/quarantine`` (every changelog row of it, plus the reason and the
 cut), and the cut applies the rest: a transaction is never applied in part.
 
-Resolving (README, "Quarantine"): inspect the rows, repair the affected tables (re-snapshot them or
+Resolving (docs/lake.md, "Quarantine"): inspect the rows, repair the affected tables (re-snapshot them or
 reset the stream), then :meth:`Quarantine.resolve` the transactions; the check goes green when the
 table is empty. Delta keeps the resolved rows in the table's history.
 """

@@ -12,13 +12,16 @@ after. That repairs a drifted mirror, and gives a table added to the stream late
 
 The rows are read by Spark tasks, one per partition Spanner split the read into, all inside one
 read-only transaction (``changestream.table_snapshot``): the snapshot scales with the executors. A
-crash before the manifest append leaves mirrors but no cut: the next lake run takes the snapshot
-again and overwrites them, and no cut is published before it commits.
+table Spanner reads in a single partition is small: the driver reads it and hands Spark the rows as
+Arrow, which costs no Python worker (starting those took most of a small snapshot's time). A crash
+before the manifest append leaves mirrors but no cut: the next lake run takes the snapshot again
+and overwrites them, and no cut is published before it commits.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import islice
@@ -29,12 +32,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
 from cs_platform.changestream.connection import SpannerTarget
+from cs_platform.changestream.catalog import WatchedTable
 from cs_platform.changestream.table_snapshot import SnapshotPartition, SnapshotPlan, read_partition
 from cs_platform.lake.cuts import Lake, StaleSnapshotError, plain_datetime
 from cs_platform.lake.mirrors import column_types_by_table, replace_mirror, typed_rows
 from cs_platform.landing.rows import column_types_json
 
 ARROW_ROWS = 10_000  # rows per Arrow batch a task hands to Spark
+PARALLEL_TABLES = 4  # mirrors a snapshot writes at once
 
 
 @dataclass(frozen=True)
@@ -56,20 +61,27 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan) -> Snap
             f"a snapshot of a lake with cuts must be read at its latest cut {published.cut.isoformat()}, not at "
             f"{plan.read_timestamp.isoformat()}: nothing was written"
         )
-    rows, versions = {}, {}
-    for table in plan.tables:
+
+    def load(table: WatchedTable) -> tuple[int, int]:
         columns = column_types_by_table([(table.name, column_types_json(table.columns))])[table.name]
         read = read_rows(lake.spark, target, plan, plan.of(table.name))
-        versions[table.name], rows[table.name] = replace_mirror(lake.spark, lake.mirror(table.name), typed_rows(read, columns), columns)
+        return replace_mirror(lake.spark, lake.mirror(table.name), typed_rows(read, columns), columns)
+
+    # The tables are written side by side: one table's reads, commit and log reads overlap another's.
+    with ThreadPoolExecutor(max_workers=min(len(plan.tables), PARALLEL_TABLES) or 1, thread_name_prefix="snapshot") as pool:
+        loaded = dict(zip((t.name for t in plan.tables), pool.map(load, plan.tables)))
+    versions = {table: version for table, (version, _) in loaded.items()}
+    rows = {table: count for table, (_, count) in loaded.items()}
     lake.publish_snapshot(plan.read_timestamp, versions)
     return SnapshotResult(plan.read_timestamp, rows, versions, len(plan.partitions), round(time.monotonic() - began, 2))
 
 
 def read_rows(spark: SparkSession, target: SpannerTarget, plan: SnapshotPlan, partitions: list[SnapshotPartition]) -> DataFrame:
-    """The rows of ``partitions`` (one table's), a text column per table column, each partition read
-    by one Spark task."""
+    """The rows of ``partitions`` (one table's), a text column per table column: one partition read
+    here in the driver, several by one Spark task each."""
     names = [c.name for c in partitions[0].table.columns] if partitions else []
     schema = pa.schema([(name, pa.string()) for name in names])
+    spark_schema = StructType([StructField(n, StringType()) for n in names])
 
     def read(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in numbers:
@@ -78,5 +90,7 @@ def read_rows(spark: SparkSession, target: SpannerTarget, plan: SnapshotPlan, pa
                 while chunk := list(islice(rows, ARROW_ROWS)):
                     yield pa.RecordBatch.from_arrays([pa.array(column, pa.string()) for column in zip(*chunk)], schema=schema)
 
-    tasks = max(len(partitions), 1)
-    return spark.range(0, len(partitions), 1, tasks).mapInArrow(read, StructType([StructField(n, StringType()) for n in names]))
+    if len(partitions) <= 1:
+        batches = list(read(iter([pa.record_batch([pa.array(range(len(partitions)), pa.int64())], names=["id"])])))
+        return spark.createDataFrame(pa.Table.from_batches(batches, schema=schema), schema=spark_schema)
+    return spark.range(0, len(partitions), 1, len(partitions)).mapInArrow(read, spark_schema)

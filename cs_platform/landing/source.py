@@ -59,7 +59,7 @@ def check_owner(location: Location, directory: str, source: SourceIdentity, what
         raise SourceMismatchError(
             f"{what} {location.uri(directory)} belongs to {owner.describe()}, not to {source.describe()}. "
             f"Nothing was written, ingested or dropped. Point {location.setting} at a directory of this source, "
-            "or, to start this stream over, reset it (python -m cs_platform.reset, see README)."
+            "or, to start this stream over, reset it (python -m cs_platform.reset, see docs/settings.md)."
         )
 
 

@@ -14,7 +14,7 @@ from cs_platform.changestream.tail import POLLING
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 
 WINDOW_SECONDS = 50
-WRITES_PER_SECOND = 50  # faster writers starve the emulator's churn (README)
+WRITES_PER_SECOND = 50  # faster writers starve the emulator's churn (docs/tests.md)
 
 
 class ChangeLog:
