@@ -54,12 +54,12 @@ def changelog_mods(lake: Lake, upto: datetime) -> tuple[Counter, int]:
 
 
 def committed(workload: BankWorkload, end: datetime, start: datetime | None = None) -> Counter:
-    """Every mod the workload committed from the stream's start to its end timestamp (the stream
-    reads no other; earlier commits reach the lake through the snapshot)."""
+    """Every mod the workload committed after the stream's start, up to its end timestamp: (start,
+    end] (the stream reads no other; commits up to the start reach the lake through the snapshot)."""
     return Counter(
         (m.table, m.keys, m.mod_type, t.commit_timestamp)
         for t in workload.committed
-        if t.commit_timestamp <= end and (start is None or t.commit_timestamp >= start)
+        if t.commit_timestamp <= end and (start is None or t.commit_timestamp > start)
         for m in t.mods
     )
 

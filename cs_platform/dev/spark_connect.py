@@ -8,7 +8,6 @@ it through ``CS_PLATFORM_SPARK_REMOTE``: its JVM stays up and warm across runs.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -20,8 +19,7 @@ import pyspark
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import start_server, stop_process_group
 from cs_platform.dev.spark_cluster import spark_env
-from cs_platform.lake.delta import quoted
-from cs_platform.lake.spark import delta_spark_config
+from cs_platform.lake.spark import delta_spark_config, warm_delta
 from cs_platform.landing.gcs import GcsAccess
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -63,18 +61,15 @@ def spark_connect_server(
 
 
 def warm(remote: str, directory: str) -> None:
-    """Create, MERGE into and read a small Delta table through ``remote`` (then remove it)."""
+    """Warm the server at ``remote`` (``lake.spark.warm_delta``) through a session of its own."""
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.config("spark.remote", remote).getOrCreate()
     try:
-        spark.range(100).selectExpr("id", "CAST(id AS STRING) AS value").write.format("delta").mode("overwrite").save(directory)
-        spark.range(50, 150).selectExpr("id", "'new' AS value").createOrReplaceTempView("warm_up_source")
-        spark.sql(
-            f"MERGE INTO delta.{quoted(directory)} t USING `warm_up_source` s ON t.`id` = s.`id` WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
-        )
-        spark.read.format("delta").load(directory).groupBy("value").count().collect()
+        warm_delta(spark, directory)
     finally:
         spark.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
+
+if __name__ == "__main__":
+    warm(sys.argv[1], sys.argv[2])

@@ -12,8 +12,10 @@ after. That repairs a drifted mirror, and gives a table added to the stream late
 
 The rows are read by Spark tasks, one per partition Spanner split the read into, all inside one
 read-only transaction (``changestream.table_snapshot``): the snapshot scales with the executors. A
-table Spanner reads in a single partition is small: the driver reads it and hands Spark the rows as
-Arrow, which costs no Python worker (starting those took most of a small snapshot's time). A crash
+small table (up to ``DRIVER_ROWS`` rows) is read by the driver, which hands Spark its rows as Arrow:
+that costs no Python worker, and starting those took most of a small snapshot's time. The driver
+finds out by reading: past ``DRIVER_ROWS`` it drops what it read and leaves the table to the
+tasks, so a large table pays for at most that many rows twice. A crash
 before the manifest append leaves mirrors but no cut: the next lake run takes the snapshot again
 and overwrites them, and no cut is published before it commits.
 """
@@ -40,6 +42,7 @@ from cs_platform.landing.rows import column_types_json
 
 ARROW_ROWS = 10_000  # rows per Arrow batch a task hands to Spark
 PARALLEL_TABLES = 4  # mirrors a snapshot writes at once
+DRIVER_ROWS = 20_000  # a table with at most this many rows is read by the driver, not by tasks
 
 
 @dataclass(frozen=True)
@@ -77,20 +80,22 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan) -> Snap
 
 
 def read_rows(spark: SparkSession, target: SpannerTarget, plan: SnapshotPlan, partitions: list[SnapshotPartition]) -> DataFrame:
-    """The rows of ``partitions`` (one table's), a text column per table column: one partition read
-    here in the driver, several by one Spark task each."""
+    """The rows of ``partitions`` (one table's), a text column per table column: read here in the
+    driver if they are few (module docstring), else each partition by one Spark task."""
     names = [c.name for c in partitions[0].table.columns] if partitions else []
     schema = pa.schema([(name, pa.string()) for name in names])
     spark_schema = StructType([StructField(n, StringType()) for n in names])
 
+    def batches(rows: Iterator[tuple]) -> Iterator[pa.RecordBatch]:
+        while chunk := list(islice(rows, ARROW_ROWS)):
+            yield pa.RecordBatch.from_arrays([pa.array(column, pa.string()) for column in zip(*chunk)], schema=schema)
+
     def read(numbers: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in numbers:
             for number in batch.column(0).to_pylist():
-                rows = read_partition(target, plan, partitions[number])
-                while chunk := list(islice(rows, ARROW_ROWS)):
-                    yield pa.RecordBatch.from_arrays([pa.array(column, pa.string()) for column in zip(*chunk)], schema=schema)
+                yield from batches(read_partition(target, plan, partitions[number]))
 
-    if len(partitions) <= 1:
-        batches = list(read(iter([pa.record_batch([pa.array(range(len(partitions)), pa.int64())], names=["id"])])))
-        return spark.createDataFrame(pa.Table.from_batches(batches, schema=schema), schema=spark_schema)
+    rows = list(islice((row for p in partitions for row in read_partition(target, plan, p)), DRIVER_ROWS + 1))
+    if len(rows) <= DRIVER_ROWS:
+        return spark.createDataFrame(pa.Table.from_batches(list(batches(iter(rows))), schema=schema), schema=spark_schema)
     return spark.range(0, len(partitions), 1, len(partitions)).mapInArrow(read, spark_schema)

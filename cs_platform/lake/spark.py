@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import sys
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from delta import configure_spark_with_delta_pip
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from cs_platform.lake.delta import quoted
 from cs_platform.lake.gcs_connector import gcs_spark_config
 from cs_platform.landing.gcs import GcsAccess
 
@@ -129,6 +131,22 @@ def delta_spark_session(
     if jvm_log is not None:
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def warm_delta(spark: SparkSession, directory: str) -> None:
+    """Create, MERGE into and read a small Delta table in ``directory`` (then remove it): a cold JVM
+    runs its first Delta statements several times slower (class loading, code generation), so a
+    tool that must cut soon after starting Spark pays that first."""
+    try:
+        spark.range(100).selectExpr("id", "CAST(id AS STRING) AS value").write.format("delta").mode("overwrite").save(directory)
+        spark.range(50, 150).selectExpr("id", "'new' AS value").createOrReplaceTempView("warm_up_source")
+        spark.sql(
+            f"MERGE INTO delta.{quoted(directory)} t USING `warm_up_source` s ON t.`id` = s.`id` "
+            "WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *"
+        )
+        spark.read.format("delta").load(directory).groupBy("value").count().collect()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 @contextmanager
