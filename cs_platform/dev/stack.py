@@ -80,13 +80,16 @@ def dagster_yaml(postgres_url: str) -> str:
 
 
 @contextmanager
-def production_stack(workdir: Path, accounts: int = 20, before_start: int = 300, gcs: str | None = None) -> Iterator[Stack]:
+def production_stack(
+    workdir: Path, accounts: int = 20, before_start: int = 300, gcs: str | None = None, partition_alive_seconds: int = 20
+) -> Iterator[Stack]:
     """Start every part, open ``accounts`` accounts and commit ``before_start`` transfers, start the
     stream after them (its first cut is their snapshot), point the environment at the parts (for the
     daemon, the webserver and their run processes), and stop each by its PID on exit. ``gcs``: a
-    GCS emulator that is already running (the tests'), instead of a new one."""
+    GCS emulator that is already running (the tests'), instead of a new one; partitions churn every
+    ``partition_alive_seconds`` (the emulator's default is 20)."""
     with ExitStack() as stack:
-        bank = stack.enter_context(embedded_bank(workdir, partition_alive_seconds=20))
+        bank = stack.enter_context(embedded_bank(workdir, partition_alive_seconds=partition_alive_seconds))
         workload = BankWorkload(bank.bank)
         workload.run(accounts=accounts, transfers=before_start, progress_every=0)
         start = start_after(workload.committed[-1].commit_timestamp) if workload.committed else utc_now()
