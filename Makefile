@@ -21,7 +21,7 @@ NEEDS := $(PY) -m cs_platform.dev.prerequisites
 
 test: setup
 	$(NEEDS) emulator chromium postgresql
-	$(PY) -m pytest cs_platform_tests --durations=25
+	$(PY) -m pytest cs_platform_tests -n 2 --dist loadgroup --durations=25
 
 demo: setup
 	$(NEEDS) emulator

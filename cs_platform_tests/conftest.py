@@ -43,6 +43,12 @@ INSTANCE = "test-instance"
 _names = itertools.count(1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``heavy`` (minutes each) first: ``make test`` runs two pytest-xdist workers that
+    take tests in collection order, and a long test picked up last would leave one worker idle."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
+
+
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory) -> SpannerEmulator:
     log_path = Path(tmp_path_factory.mktemp("emulator")) / "emulator.log"

@@ -76,6 +76,8 @@ def serving(url: str) -> bool:
         return False
 
 
+@pytest.mark.heavy
+@pytest.mark.xdist_group("processes")
 def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark):
     # What `make dev` runs: its own emulator (partitions churn every 20 s), the bank, its dagster.yaml,
     # and a Spark Connect server for the lake runs.

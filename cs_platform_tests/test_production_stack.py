@@ -48,6 +48,8 @@ def task_executors(event_logs) -> dict[str, set[str]]:
     return found
 
 
+@pytest.mark.heavy
+@pytest.mark.xdist_group("processes")
 def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_path, spark, gcs_endpoint):
     with production_stack(tmp_path, accounts=10, before_start=100, gcs=gcs_endpoint, partition_alive_seconds=3) as stack:
         stack.workload.run_until(utc_now() + timedelta(seconds=WRITE_SECONDS), 10, accounts=0)

@@ -19,6 +19,7 @@ def reset(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env=os.environ.copy())
 
 
+@pytest.mark.heavy
 def test_reset_starts_a_stream_over_after_confirmation(bank_stream, dagster_instance, spark):
     bank_stream.read_short_window(dagster_instance, seconds=6)
     resources = configured_resources(os.environ)

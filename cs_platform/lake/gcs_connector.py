@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pyspark
 
+from cs_platform.lake.ivy import IVY_HOME, ivy_lock
 from cs_platform.landing.gcs import GcsAccess
 
 log = logging.getLogger(__name__)
 
 GROUP, ARTIFACT, VERSION, CLASSIFIER = "com.google.cloud.bigdataoss", "gcs-connector", "3.0.13", "shaded"
-IVY_HOME = Path.home() / ".ivy2.5.2"
 
 IVY_MODULE = f"""\
 <ivy-module version="2.0" xmlns:m="http://ant.apache.org/ivy/maven">
@@ -46,6 +46,13 @@ def connector_jar(ivy_home: Path = IVY_HOME, timeout_s: float = 300) -> Path:
     jar = ivy_home / "jars" / f"{GROUP}_{ARTIFACT}-{VERSION}-{CLASSIFIER}.jar"
     if jar.is_file():
         return jar
+    with ivy_lock(ivy_home):
+        if not jar.is_file():  # another process may have resolved it meanwhile
+            _resolve(jar, ivy_home, timeout_s)
+    return jar
+
+
+def _resolve(jar: Path, ivy_home: Path, timeout_s: float) -> None:
     log.info("resolving %s:%s:%s (%s) into %s, once per machine", GROUP, ARTIFACT, VERSION, CLASSIFIER, jar.parent)
     ivy = next((Path(pyspark.__file__).parent / "jars").glob("ivy-*.jar"))
     jar.parent.mkdir(parents=True, exist_ok=True)
@@ -63,7 +70,6 @@ def connector_jar(ivy_home: Path = IVY_HOME, timeout_s: float = 300) -> Path:
                 f"(Maven Central must be reachable once):\n{done.stdout[-2000:]}{done.stderr[-2000:]}"
             )
         retrieved[0].replace(jar)
-    return jar
 
 
 def gcs_spark_config(access: GcsAccess) -> dict[str, str]:

@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from cs_platform.lake.delta import quoted
 from cs_platform.lake.gcs_connector import gcs_spark_config
+from cs_platform.lake.ivy import ivy_lock
 from cs_platform.landing.gcs import GcsAccess
 
 log = logging.getLogger(__name__)
@@ -118,12 +119,14 @@ def delta_spark_session(
     builder = SparkSession.builder
     for key, value in delta_spark_config(master, app_name, extra, storage).items():
         builder = builder.config(key, value)
-    with _output_to(jvm_log):
+    # The JVM resolves Delta's jars into the Ivy cache as it starts: one starting JVM at a time.
+    with _output_to(jvm_log), ivy_lock():
         try:
             session = builder.getOrCreate()
         except PySparkRuntimeError as e:
-            # Seen here twice when another JVM resolved the same Ivy cache at the same moment: the
-            # gateway exits before reporting its port. One more attempt, then the error stands.
+            # Seen when a JVM outside this lock (a Spark Connect server, a cluster's submit)
+            # resolved the same Ivy cache at the same moment: the gateway exits before reporting
+            # its port. One more attempt, then the error stands.
             if "JAVA_GATEWAY_EXITED" not in str(e):
                 raise
             log.warning("Spark's Java gateway exited while starting (%s); starting it once more", e)

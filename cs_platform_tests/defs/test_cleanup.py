@@ -6,6 +6,8 @@ next pass, and the lake then cuts the whole stream, complete."""
 import os
 import signal
 
+import pytest
+
 from dagster import AssetKey, RunsFilter, materialize
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState
@@ -23,6 +25,7 @@ def asset(defs, *key: str):
     return [a for a in defs.assets if AssetKey(list(key)) in a.keys]
 
 
+@pytest.mark.heavy
 def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
     for kind in ("METADATA", "RUN", "LANDING"):
         monkeypatch.setenv(f"CS_PLATFORM_{kind}_RETENTION_SECONDS", "0")

@@ -78,7 +78,7 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
     for read in history:
         chains.setdefault(read.partition_key, []).append(read)
     for p in victims:
-        assert any(r.query_start == p.watermark + ONE_MICROSECOND for r in chains[p.key]) or p.watermark < p.start_timestamp
+        assert any(r.query_start == p.watermark + ONE_MICROSECOND for r in chains[p.key]) or p.watermark < p.reads_from
 
 
 def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dagster_instance):
@@ -111,11 +111,12 @@ def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dag
     for read in reads(dagster_instance):
         chains.setdefault(read.partition_key, []).append(read)
     for p in interrupted:
-        resume_from = max(p.start_timestamp, p.watermark + ONE_MICROSECOND)
+        resume_from = max(p.reads_from, p.watermark + ONE_MICROSECOND)
         assert any(r.query_start == resume_from for r in chains[p.key]), f"{p.key} did not resume at its watermark"
     print(f"restart: {len(before)} partitions before, {len(interrupted)} interrupted, {len(after)} in the end")
 
 
+@pytest.mark.heavy
 def test_a_run_killed_between_chunks_keeps_what_it_landed_and_loses_nothing(bank_stream, dagster_instance, tmp_path, monkeypatch):
     monkeypatch.setenv("CS_PLATFORM_LANDING_CHUNK_MODS", "20")  # a run's read is many chunks
     workload, writer, stop = bank_stream.start_open_stream(stale_run_s=STALE_RUN_SECONDS)

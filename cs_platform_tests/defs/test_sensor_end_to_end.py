@@ -51,7 +51,7 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
     assert set(chains) == set(by_key)
     for key, chain in chains.items():
         partition = by_key[key]
-        assert chain[0].query_start == partition.start_timestamp
+        assert chain[0].query_start == partition.reads_from  # T0 + 1µs for the stream's first partitions
         for before, after in zip(chain, chain[1:]):
             assert after.query_start == before.watermark + ONE_MICROSECOND, f"{key}: gap or overlap between reads"
         assert chain[-1].watermark == partition.watermark

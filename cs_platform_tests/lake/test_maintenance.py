@@ -19,6 +19,7 @@ def contents(lake: Lake, cut) -> dict:
 
 
 @pytest.mark.parametrize("local_time_zone", ["Europe/Berlin"], indirect=True)
+@pytest.mark.heavy
 def test_maintenance_keeps_every_kept_cut_and_deletes_what_only_older_cuts_needed(spark, tmp_path, local_time_zone):
     landing = LandingStore(str(tmp_path / "landing"))
     cuts = land_bank(landing, files=6)

@@ -17,6 +17,7 @@ from cs_platform.lake.spark import MASTER_SETTING, REMOTE_SETTING, SparkUnreacha
 CUT_TESTS = Path(__file__).with_name("test_cuts.py")
 
 
+@pytest.mark.heavy
 def test_the_cut_tests_pass_on_a_spark_connect_server(tmp_path):
     with spark_connect_server(tmp_path / "spark-connect.log", master="local[2]") as remote:
         env = {**os.environ, REMOTE_SETTING: remote}
