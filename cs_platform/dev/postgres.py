@@ -14,18 +14,24 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import start_server, stop_process_group
 
-INSTALL_HINT = "PostgreSQL was not found: install it with 'apt-get install postgresql' (.ci/run does)"
+INSTALL_HINT = "PostgreSQL was not found: install it with 'apt-get install postgresql' (make test and make stack do when they can)"
 
 
 class PostgresNotInstalledError(RuntimeError):
     """Raised when PostgreSQL's server binaries are missing; the message says how to install them."""
+
+
+class PostgresStartError(RuntimeError):
+    """Raised when the private server does not become usable; the message carries psql's error."""
 
 
 def postgres_bin() -> Path:
@@ -61,13 +67,24 @@ def postgres_server(workdir: Path, database: str = "dagster") -> Iterator[str]:
                "-c", "timezone=UTC"]
     server = start_server(command, port, workdir / "postgres.log", "PostgreSQL", **account)
     try:
-        subprocess.run(
-            [shutil.which("psql") or str(binaries / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
-             "-c", f'CREATE DATABASE "{database}"'],
-            check=True, capture_output=True, timeout=60,
-        )
+        _create_database(shutil.which("psql") or str(binaries / "psql"), port, database, workdir / "postgres.log")
         # psycopg2 named: dagster-postgres installs that driver, SQLAlchemy 2.1 defaults to psycopg 3.
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/{database}"
     finally:
         stop_process_group(server, grace_s=20)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _create_database(psql: str, port: int, database: str, log: Path) -> None:
+    """Create ``database``. The server listens before it accepts connections ("the database system
+    is starting up", seen on a loaded machine), so a connection failure (psql's exit code 2) is
+    tried again until a load-scaled deadline."""
+    deadline = Deadline(60)
+    while True:
+        command = [psql, "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", f'CREATE DATABASE "{database}"']
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        if done.returncode == 0:
+            return
+        if done.returncode != 2 or deadline.expired():
+            raise PostgresStartError(f"PostgreSQL on 127.0.0.1:{port} did not create database {database!r}: {done.stderr.strip()} (server log: {log})")
+        time.sleep(0.5)
