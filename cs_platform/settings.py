@@ -97,6 +97,7 @@ SETTINGS = {
         Setting("CS_PLATFORM_HEARTBEAT_MILLIS", _integer, "2000", "heartbeat interval in ms, 100..300000", "heartbeat_millis"),
         Setting("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", _number, "60", "how long one run reads before it lands and ends", "soft_timeout_seconds"),
         Setting("CS_PLATFORM_LANDING_CHUNK_MODS", _integer, "20000", "a run lands a file and persists its watermark every this many mods: its memory holds one chunk, not its whole read", "landing_chunk_mods"),
+        Setting("CS_PLATFORM_LANDING_INTERVAL_SECONDS", _number, "5", "a run also lands what it read and persists its watermark at least this often while the watermark moves (heartbeats alone move it): the lake sees a run's reads while it runs", "landing_interval_seconds"),
         Setting("CS_PLATFORM_MAX_PARALLEL_READS", _integer, "8", "reader runs in flight per stream", "max_parallel_reads"),
         Setting("CS_PLATFORM_STALE_RUN_SECONDS", _number, "900", "an unfinished run older than this is presumed dead", "stale_run_seconds"),
         Setting("CS_PLATFORM_SENSOR_INTERVAL_SECONDS", _integer, "30", "seconds between partition sensor ticks"),

@@ -66,8 +66,10 @@ log = logging.getLogger(__name__)
 CLOCK_SKEW_ALLOWANCE = timedelta(seconds=2)
 # A window whose result the server could not hold is halved, down to this.
 MIN_WINDOW = timedelta(milliseconds=100)
-# A run lands its read in chunks of about this many mods (CS_PLATFORM_LANDING_CHUNK_MODS).
+# A run lands its read in chunks of about this many mods (CS_PLATFORM_LANDING_CHUNK_MODS), and at
+# least this often while its watermark moves (CS_PLATFORM_LANDING_INTERVAL_SECONDS).
 DEFAULT_CHUNK_MODS = 20_000
+DEFAULT_CHUNK_INTERVAL = timedelta(seconds=5)
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ class _Progress:
     heartbeats: int = 0
     retries: int = 0
     first_response_s: float | None = None
+    chunk_began: float = field(default_factory=time.monotonic)  # when the last chunk was taken
     # A replay leaves the metadata table alone: its children were recorded by the first read, and
     # cleanup may have removed them since (inserting them again would read them again).
     record_children: bool = True
@@ -136,7 +139,17 @@ class _Progress:
         self.records = [r for r in self.records if r.commit_timestamp > self.watermark]
         self.mods = sum(len(r.mods) for r in self.records)
         self.chunk_start = self.watermark + ONE_MICROSECOND
+        self.chunk_began = time.monotonic()
         return safe
+
+    def chunk_due(self, chunk_mods: int | None, interval: timedelta | None) -> bool:
+        """A chunk is due once ``chunk_mods`` mods are safe below the watermark, or ``interval``
+        after the last one if the watermark moved since (then it may hold heartbeats only: the
+        watermark alone moves)."""
+        if chunk_mods and self.mods >= chunk_mods and self.records[0].commit_timestamp <= self.watermark:
+            return True  # records arrive in commit timestamp order: the first is safe if any is
+        moved = self.watermark >= self.chunk_start
+        return interval is not None and moved and time.monotonic() - self.chunk_began >= interval.total_seconds()
 
 
 def _is_transient(error: gexc.GoogleAPICallError) -> bool:
@@ -201,24 +214,30 @@ class PartitionReader:
 
     def read(self, partition: PartitionMetadata, soft_timeout: timedelta) -> PartitionBatch:
         """Read ``partition`` from just after its watermark for at most ``soft_timeout``, in one batch."""
-        (batch,) = self.read_chunks(partition, soft_timeout, chunk_mods=None)
+        (batch,) = self.read_chunks(partition, soft_timeout, chunk_mods=None, chunk_interval=None)
         return batch
 
     def read_chunks(
-        self, partition: PartitionMetadata, soft_timeout: timedelta, chunk_mods: int | None = DEFAULT_CHUNK_MODS
+        self,
+        partition: PartitionMetadata,
+        soft_timeout: timedelta,
+        chunk_mods: int | None = DEFAULT_CHUNK_MODS,
+        chunk_interval: timedelta | None = DEFAULT_CHUNK_INTERVAL,
     ) -> Iterator[PartitionBatch]:
         """Read ``partition`` from just after its watermark for at most ``soft_timeout``, handing
-        out a chunk whenever ``chunk_mods`` mods are safe below the watermark (None: one chunk).
+        out a chunk whenever ``chunk_mods`` mods are safe below the watermark, and ``chunk_interval``
+        after the last chunk if the watermark moved since (both None: one chunk).
 
         Each chunk holds every record of the partition in (previous chunk's watermark, its
         watermark]; the last one says whether the partition finished. Land a chunk and persist its
-        watermark before asking for the next: memory then holds one chunk, not the whole read.
+        watermark before asking for the next: memory then holds one chunk, not the whole read, and
+        what the run read reaches the lake while the run goes on, not when it ends.
         """
         query_start = max(partition.reads_from, partition.watermark + ONE_MICROSECOND)
         query_end = utc_now() + soft_timeout
         if partition.end_timestamp is not None:
             query_end = min(query_end, partition.end_timestamp)
-        return self._read(partition, query_start, max(query_end, query_start), partition.watermark, chunk_mods)
+        return self._read(partition, query_start, max(query_end, query_start), partition.watermark, chunk_mods, chunk_interval)
 
     def replay(self, partition: PartitionMetadata, chunk_mods: int | None = None) -> Iterator[PartitionBatch]:
         """Re-read what the partition has already landed: [reads_from, watermark] (a backfill), in chunks.
@@ -228,7 +247,7 @@ class PartitionReader:
         """
         start = partition.reads_from
         end = max(partition.watermark, start)
-        return self._read(partition, start, end, start - ONE_MICROSECOND, chunk_mods, replay=True)
+        return self._read(partition, start, end, start - ONE_MICROSECOND, chunk_mods, None, replay=True)
 
     def _read(
         self,
@@ -237,6 +256,7 @@ class PartitionReader:
         query_end: datetime,
         watermark: datetime,
         chunk_mods: int | None,
+        chunk_interval: timedelta | None,
         replay: bool = False,
     ) -> Iterator[PartitionBatch]:
         """Query ``[query_start, query_end]``: in one streaming query, or in polled windows (``tail``)."""
@@ -250,13 +270,15 @@ class PartitionReader:
                 window_end = min(window_end, max(query_start, progress.watermark + ONE_MICROSECOND) + span)
             if window_end >= max(query_start, progress.watermark + ONE_MICROSECOND):
                 try:
-                    for _ in self._query(partition, query_start, window_end, progress, began, chunk_mods):
+                    for _ in self._query(partition, query_start, window_end, progress, began, chunk_mods, chunk_interval):
                         yield chunk(False)
                 except ResultTooLargeError as e:
                     span = self._narrower(partition, progress, query_start, window_end, e)
                     continue
                 if self._window_done(partition, progress, window_end):
                     break
+                if window_end < query_end and progress.chunk_due(None, chunk_interval):
+                    yield chunk(False)  # polled windows: the interval is checked between them
             if window_end >= query_end:
                 break
             time.sleep(self.tail.pause_s(utc_now(), query_end))
@@ -315,9 +337,10 @@ class PartitionReader:
         progress: _Progress,
         began: float,
         chunk_mods: int | None,
+        chunk_interval: timedelta | None,
     ) -> Iterator[None]:
         """Run one query to completion, retrying transient failures from the safe watermark; yield
-        whenever a chunk's worth of mods is safe below the watermark (the caller takes it)."""
+        whenever a chunk is due (the caller takes it)."""
         attempt = 0
         while True:
             start = max(query_start, progress.watermark + ONE_MICROSECOND)
@@ -326,8 +349,8 @@ class PartitionReader:
                     if progress.first_response_s is None:
                         progress.first_response_s = time.monotonic() - began
                     self._apply(partition, record, progress)
-                    if chunk_mods and progress.mods >= chunk_mods and progress.records[0].commit_timestamp <= progress.watermark:
-                        yield  # records arrive in commit timestamp order: the first is safe if any is
+                    if progress.chunk_due(chunk_mods, chunk_interval):
+                        yield
                 return
             except TransientError as e:
                 attempt += 1

@@ -44,7 +44,7 @@ def read_and_land(
             f"reading partition {key} ({partition.state.value}) from watermark {partition.watermark.isoformat()} "
             f"for up to {change_stream.soft_timeout_seconds:g}s"
         )
-        chunks = reader.read_chunks(partition, change_stream.soft_timeout, chunk_mods)
+        chunks = reader.read_chunks(partition, change_stream.soft_timeout, chunk_mods, change_stream.landing_interval)
     totals = ReadTotals()
     for chunk in chunks:  # each one durable, then its watermark persisted, before the next is read
         landed = landing.write(change_stream.stream_name, key, chunk)

@@ -20,7 +20,7 @@ from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_heartbeat_millis, validate_identifier
-from cs_platform.changestream.reader import DEFAULT_CHUNK_MODS, PartitionReader
+from cs_platform.changestream.reader import DEFAULT_CHUNK_INTERVAL, DEFAULT_CHUNK_MODS, PartitionReader
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.lake.cuts import POLICIES, Lake
 from cs_platform.landing.source import SourceIdentity
@@ -74,6 +74,7 @@ class ChangeStreamResource(ConfigurableResource):
     retry_backoff_seconds: float = 30.0
     rpc_priority: str = "HIGH"  # LOW, MEDIUM or HIGH (RequestOptions priority of our requests)
     landing_chunk_mods: int = DEFAULT_CHUNK_MODS  # a run lands (and persists its watermark) every this many mods
+    landing_interval_seconds: float = DEFAULT_CHUNK_INTERVAL.total_seconds()  # ... and at least this often
 
     def validated(self) -> "ChangeStreamResource":
         """Fail early, naming the setting (its environment variable), before anything touches Spanner."""
@@ -86,6 +87,8 @@ class ChangeStreamResource(ConfigurableResource):
         soft, stale = env_name("soft_timeout_seconds"), env_name("stale_run_seconds")
         if self.soft_timeout_seconds <= 0:
             raise InvalidArgumentError(f"{soft} must be positive, got {self.soft_timeout_seconds}")
+        if self.landing_interval_seconds <= 0:
+            raise InvalidArgumentError(f"{env_name('landing_interval_seconds')} must be positive, got {self.landing_interval_seconds}")
         if self.landing_chunk_mods < 1:
             raise InvalidArgumentError(f"{env_name('landing_chunk_mods')} must be at least 1, got {self.landing_chunk_mods}")
         if self.max_parallel_reads < 1:
@@ -109,6 +112,10 @@ class ChangeStreamResource(ConfigurableResource):
     @property
     def soft_timeout(self) -> timedelta:
         return timedelta(seconds=self.soft_timeout_seconds)
+
+    @property
+    def landing_interval(self) -> timedelta:
+        return timedelta(seconds=self.landing_interval_seconds)
 
     def start(self) -> datetime | None:
         return _timestamp_setting("start_timestamp", self.start_timestamp)
@@ -292,5 +299,6 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             stale_run_seconds=settings.value(environ, "CS_PLATFORM_STALE_RUN_SECONDS"),
             rpc_priority=settings.value(environ, "CS_PLATFORM_RPC_PRIORITY"),
             landing_chunk_mods=settings.value(environ, "CS_PLATFORM_LANDING_CHUNK_MODS"),
+            landing_interval_seconds=settings.value(environ, "CS_PLATFORM_LANDING_INTERVAL_SECONDS"),
         )
     return resources

@@ -2,6 +2,7 @@
 
 import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -253,3 +254,45 @@ def test_a_read_in_chunks_hands_out_every_record_once_and_never_splits_a_commit(
     # Memory holds about one chunk: a chunk is cut as soon as 10 mods are pending and some are safe.
     largest_record = max(len(r.mods) for c in chunks for r in c.records)
     assert all(c.mod_count < 10 + largest_record for c in chunks)
+
+
+@pytest.mark.parametrize("tail", [STREAMING, POLLING], ids=["streaming", "polling"])
+def test_a_live_read_lands_at_every_interval_with_or_without_data(bank, metadata_database, tail):
+    reader, store = make_reader(bank, metadata_database, tail=tail)
+    start = utc_now()
+    store.initialize(start, None, 500)
+    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True)
+    stop = threading.Event()
+    writer = threading.Thread(target=BankWorkload(bank).run_until, args=(start + timedelta(minutes=5), 20), kwargs={"stop": stop})
+    writer.start()
+    try:
+        children = store.schedulable()
+        # Side by side, live: a partition lives 3-6 s on this emulator, and the read follows it.
+        with ThreadPoolExecutor(len(children)) as pool:
+            running = {
+                c.token: pool.submit(lambda c=c: list(reader.read_chunks(c, timedelta(seconds=30), None, timedelta(seconds=0.5))))
+                for c in children
+            }
+            reads = {token: future.result() for token, future in running.items()}
+    finally:
+        stop.set()
+        writer.join()
+
+    for child in children:
+        chunks = reads[child.token]
+        assert chunks[-1].finished and not any(c.finished for c in chunks[:-1])
+        # Every chunk but the last was cut by the interval, once the watermark moved, data or not.
+        assert len(chunks) >= 2, [(len(c.records), c.watermark) for c in chunks]
+        assert chunks[0].query_start == child.reads_from and chunks[0].watermark >= chunks[0].query_start
+        for before, after in zip(chunks, chunks[1:]):
+            assert after.query_start == before.watermark + ONE_MICROSECOND
+            assert after.finished or after.watermark >= after.query_start  # an interval's chunk: the watermark moved
+            assert all(r.commit_timestamp <= before.watermark for r in before.records)
+            assert all(r.commit_timestamp > before.watermark for r in after.records)  # no commit split between chunks
+        # The chunks together are the partition's whole read.
+        whole = reader.read(child, timedelta(seconds=30))
+        assert [(r.server_transaction_id, r.record_sequence) for c in chunks for r in c.records] == [
+            (r.server_transaction_id, r.record_sequence) for r in whole.records
+        ]
+    assert any(c.records for chunks in reads.values() for c in chunks[:-1]), "no chunk of data before a read's end"
+    assert any(not c.records for chunks in reads.values() for c in chunks[:-1]), "no chunk of heartbeats alone"

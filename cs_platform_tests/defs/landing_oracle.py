@@ -34,6 +34,7 @@ class Read:
     replay: bool
     records: int
     landing_path: str | None
+    landed_chunks: int
 
 
 def reads(instance: DagsterInstance) -> list[Read]:
@@ -50,6 +51,7 @@ def reads(instance: DagsterInstance) -> list[Read]:
                 replay=meta["replay"].value,
                 records=meta["records"].value,
                 landing_path=meta["landing_path"].value if "landing_path" in meta else None,
+                landed_chunks=meta["landed_chunks"].value,
             )
         )
     return sorted(found, key=lambda r: (r.partition_key, r.query_start))

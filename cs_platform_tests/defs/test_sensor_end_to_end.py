@@ -23,6 +23,7 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
     start = utc_now()
     end = start + timedelta(seconds=WINDOW_SECONDS)
     bank_stream.configure(start, end, soft_timeout_s=3)
+    bank_stream.monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "1")  # a run lands as it reads
     workload = BankWorkload(bank_stream.bank)
     writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=3), WRITES_PER_SECOND), daemon=True)
     writer.start()
@@ -49,6 +50,7 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
     for read in reads(dagster_instance):
         chains[read.partition_key].append(read)
     assert set(chains) == set(by_key)
+    assert max(read.landed_chunks for chain in chains.values() for read in chain) >= 2, "no run landed twice"
     for key, chain in chains.items():
         partition = by_key[key]
         assert chain[0].query_start == partition.reads_from  # T0 + 1µs for the stream's first partitions
