@@ -89,9 +89,14 @@ def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark):
             # away, so it never falls inside the cuts this test counts (test_maintenance covers it).
             CS_PLATFORM_LAKE_MAINTENANCE_CRON=f"{(start.minute + 30) % 60} * * * *",
         )
-        workload = BankWorkload(bank.bank)
-        threading.Thread(target=workload.run_until, args=(start + timedelta(minutes=5), 10), daemon=True).start()
-        check_dagster_dev(tmp_path, spark)
+        workload, stop = BankWorkload(bank.bank), threading.Event()
+        writer = threading.Thread(target=workload.run_until, args=(start + timedelta(minutes=5), 10), kwargs={"stop": stop}, daemon=True)
+        writer.start()
+        try:
+            check_dagster_dev(tmp_path, spark)
+        finally:  # before the emulator stops, or the writer fails on a closed port
+            stop.set()
+            writer.join()
 
 
 def check_dagster_dev(tmp_path, spark):
