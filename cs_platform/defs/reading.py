@@ -13,13 +13,15 @@ import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
 
-from dagster import AssetExecutionContext, Failure, MaterializeResult, MetadataValue
+from dagster import AssetExecutionContext, DagsterRunStatus, Failure, MaterializeResult, MetadataValue
 
 from cs_platform.changestream.metadata import PartitionMetadata, PartitionState, utc_now
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import live_runs_by_partition
 from cs_platform.landing.store import LandedFile
+
+GIVEN_UP = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)
 
 
 def read_and_land(
@@ -47,6 +49,7 @@ def read_and_land(
         chunks = reader.read_chunks(partition, change_stream.soft_timeout, chunk_mods, change_stream.landing_interval)
     totals = ReadTotals()
     for chunk in chunks:  # each one durable, then its watermark persisted, before the next is read
+        _stop_if_given_up(context, key)
         landed = landing.write(change_stream.stream_name, key, chunk)
         if landed:
             context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
@@ -107,6 +110,27 @@ def _refuse_concurrent_read(context: AssetExecutionContext, job_name: str, key: 
             description=(
                 f"partition {key} is already being read by run(s) {', '.join(others)}; wait for them to end "
                 "or cancel them, then re-materialize"
+            ),
+            allow_retries=False,
+        )
+
+
+def _stop_if_given_up(context: AssetExecutionContext, key: str) -> None:
+    """Stop before landing if this run was marked failed or cancelled while it read.
+
+    The sensor marks a run FAILURE and re-launches its partition once the run is older than
+    stale_run_seconds. If the run was alive after all (a loaded machine, a paused VM), reading on
+    would race its re-launch: nothing is lost (a watermark never moves back), but both land the
+    same records. One run-storage lookup per chunk, against a chunk's Spanner read and file write.
+    """
+    run = context.instance.get_run_by_id(context.run_id)
+    if run is not None and run.status in GIVEN_UP:
+        raise Failure(
+            description=(
+                f"run {context.run_id} is {run.status.value} (presumed dead by the sensor after stale_run_seconds, "
+                f"or cancelled) but was still reading partition {key}: stopping before its next landing so that "
+                "only the re-launched run reads it. What this run landed stays landed; raise "
+                "CS_PLATFORM_STALE_RUN_SECONDS if live runs are presumed dead on this machine."
             ),
             allow_retries=False,
         )

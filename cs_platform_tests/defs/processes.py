@@ -4,7 +4,9 @@
 ``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
 partition KEY that stops dead at POINT (``before_landing``; ``after_landing``: after the landing
 write and before the watermark update; ``between_chunks``: after a chunk landed and its watermark
-was persisted, with more of the read to come), writes MARKER and waits to be killed.
+was persisted, with more of the read to come), writes MARKER and waits to be killed; or, for
+``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
+(the run checks whether it was given up before landing) and writes MARKER.late if it lands at all.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
 
@@ -24,6 +26,7 @@ from pathlib import Path
 from dagster import AssetKey, DagsterInstance, materialize
 from google.cloud.spanner_v1.batch import Batch
 
+from cs_platform.defs import reading
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.sensor_loop import SensorLoop
@@ -56,7 +59,7 @@ def _run_until_killed() -> None:
 
 
 def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
-    land, persist = LandingStore.write, PartitionMetadataStore.record_progress
+    land, persist, check = LandingStore.write, PartitionMetadataStore.record_progress, reading._stop_if_given_up
     last = {}
 
     def stop_dead(landed, **more) -> None:
@@ -67,6 +70,8 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
     def write(self, stream, key, batch):
         if point == "before_landing":
             stop_dead(None)
+        if last.get("resumed"):
+            marker.with_suffix(".late").write_text(key)
         last["landed"] = land(self, stream, key, batch)
         if point == "after_landing":
             stop_dead(last["landed"])
@@ -77,7 +82,17 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
         if point == "between_chunks" and not finished:  # a chunk landed, its watermark persisted, more to read
             stop_dead(last["landed"], watermark=watermark.isoformat())
 
+    def stop_if_given_up(context, key):  # the first chunk is read: wait for the verdict, then check
+        if point == "presumed_dead" and not last.get("resumed"):
+            marker.write_text(json.dumps({"pid": os.getpid()}))
+            go, deadline = marker.with_suffix(".go"), Deadline(120)
+            while not go.exists() and not deadline.expired():
+                time.sleep(0.05)
+            last["resumed"] = True
+        check(context, key)
+
     LandingStore.write = write
+    reading._stop_if_given_up = stop_if_given_up
     PartitionMetadataStore.record_progress = record_progress
     job = build_definitions().resolve_job_def(JOB)
     with DagsterInstance.get() as instance:

@@ -3,6 +3,8 @@
 - crash: a run killed (a) before its landing write, (b) after it but before the watermark update.
   The sensor presumes the dead run failed (stale_run_seconds), re-launches the partition from its
   watermark; nothing is lost, and (b) leaves duplicates that the change identity removes.
+- presumed dead: a run the sensor marked failed while it was in fact alive stops before it lands
+  again, so it never reads beside its re-launch.
 - restart: the sensor loop and its runs are killed mid-stream and started again on the existing
   metadata table with an empty cursor: no re-initialization (Beam #32509), no error, no loss.
 """
@@ -15,10 +17,11 @@ import pytest
 from dagster import DagsterRunStatus, RunsFilter
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState
+from cs_platform.defs.runs import live_runs_by_partition
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.deadline import Deadline, load_per_core
 from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform_tests.defs.landing_oracle import assert_no_loss, reads
+from cs_platform_tests.defs.landing_oracle import ASSET, assert_no_loss, reads
 from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
 
 
@@ -86,6 +89,36 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
         chains.setdefault(read.partition_key, []).append(read)
     for p in victims:
         assert any(r.query_start == p.watermark + ONE_MICROSECOND for r in chains[p.key]) or p.watermark < p.reads_from
+
+
+def test_a_run_presumed_dead_while_alive_stops_before_it_lands_again(bank_stream, dagster_instance, tmp_path, monkeypatch):
+    monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "0.5")  # a first chunk, with data or not, at once
+    workload, writer, stop = bank_stream.start_open_stream()
+    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
+        loop.run_for(4)
+        victim = reading_partitions(bank_stream, loop)[0]
+    marker = tmp_path / "run.json"
+    process = spawn("run", victim.key, "presumed_dead", str(marker))
+    try:
+        wait_for(marker)  # the run read its first chunk and waits, before landing it, for the verdict
+        [record] = live_runs_by_partition(dagster_instance, JOB, ASSET)[victim.key]
+        dagster_instance.report_run_failed(record.dagster_run, "presumed dead by the test")
+        marker.with_suffix(".go").touch()
+        deadline = Deadline(120)
+        while process.poll() is None:
+            assert not deadline.expired(), f"the run read on after it was marked failed ({deadline.describe()})"
+            time.sleep(0.1)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        stop.set()
+        writer.join()
+    assert process.returncode == 1, "the run ended without failing: it did not see that it was given up"
+    assert not marker.with_suffix(".late").exists(), "the run landed after it was marked failed"
+    events = [e.dagster_event for e in dagster_instance.all_logs(record.dagster_run.run_id) if e.dagster_event]
+    failures = [e for e in events if e.is_step_failure]
+    assert len(failures) == 1 and "stopping before its next landing" in str(failures[0].event_specific_data)
+    assert bank_stream.store.get(victim.token).state is PartitionState.RUNNING  # for its re-launch to finish
 
 
 def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dagster_instance):
