@@ -32,7 +32,7 @@ from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions, rebuild_key
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource, change_stream_resource_key, stream_slug
-from cs_platform.defs.runs import live_runs_by_partition, run_age_seconds
+from cs_platform.defs.runs import ask_to_yield, live_runs_by_partition, run_age_seconds
 
 STREAM_TAG = "cs_platform/stream"
 READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
@@ -118,7 +118,8 @@ def change_stream_definitions(
         default_status=sensor_status,
         description=(
             f"Detects new partitions of {stream} in the metadata table and launches one run per partition "
-            "token; re-launches partitions whose run ended (soft timeout) or died, from their watermark."
+            "token; re-launches partitions whose run ended (soft timeout) or died, from their watermark; "
+            "when partitions wait for a run slot, asks live runs to yield theirs."
         ),
     )
     def partition_sensor(context: SensorEvaluationContext):
@@ -207,6 +208,15 @@ def detect_partitions(
     ]
     for launch in plan.launches:
         context.log.info(f"{launch.reason}: {launch.partition.key} from {launch.partition.watermark.isoformat()}")
+    if plan.starved:
+        # Rotate: live runs end at their next landing after yield_after_seconds, and the slots go to
+        # the partitions furthest behind on the next ticks.
+        asked = ask_to_yield(context.instance, live)
+        if asked:
+            context.log.info(
+                f"{plan.starved} partition(s) wait for a run slot: asked {asked} live run(s) to yield after "
+                f"{change_stream.yield_after_seconds:g}s of reading"
+            )
     low = unfinished.low_watermark
     summary = (
         f"{len(requests)} launched, {len(live)} running, {plan.waiting} waiting"

@@ -9,6 +9,9 @@ ticks launched (kept in the sensor cursor). Rules:
   an exponential backoff if it did not (the run failed, was killed, or never started);
 - never two live runs for one partition, never more than ``max_parallel`` live runs; the partitions
   furthest behind go first, because they hold the low watermark back;
+- a partition due now that finds no free slot is *starved*: the sensor then asks the live runs to
+  yield their slots (see ``runs.ask_to_yield``), so that reads rotate instead of waiting for soft
+  timeouts;
 - a run key names the partition, the watermark it resumes from and the attempt, so the same read is
   never launched twice, while a retry of a failed read gets a new key.
 """
@@ -48,6 +51,7 @@ class LaunchPlan:
     launches: tuple[Launch, ...]
     launched: dict[str, LaunchRecord]  # the next cursor: one entry per unfinished launched partition
     waiting: int  # partitions due for a launch but held back by backoff or the parallelism cap
+    starved: int = 0  # of those, the ones due now that found no free slot
 
 
 class LaunchPlanner:
@@ -90,7 +94,8 @@ class LaunchPlanner:
         cursor = {k: v for k, v in launched.items() if k in active}
         for launch in chosen:
             cursor[launch.partition.key] = LaunchRecord(launch.partition.watermark.isoformat(), launch.attempt, now)
-        return LaunchPlan(chosen, cursor, held_back + len(candidates) - len(chosen))
+        starved = len(candidates) - len(chosen)
+        return LaunchPlan(chosen, cursor, held_back + starved, starved)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,9 @@
 """The body of a per-token run: mark RUNNING, read until the soft timeout, land, persist, report.
 
+A run ends early, between two landings, when the sensor asked it to yield its slot (partitions
+wait for one) and it has read for yield_after_seconds: reads rotate instead of queueing behind
+soft timeouts, so the low watermark keeps moving however many partitions are live.
+
 The order is the correctness argument (DESIGN invariant 2, Beam's BundleFinalizer): the watermark
 is persisted only after the landing write returned, so a crash at any point either loses nothing
 (the next run resumes from the old watermark) or lands a duplicate (removed downstream by change
@@ -10,15 +14,25 @@ touching the metadata row, which is what a backfill means here.
 from __future__ import annotations
 
 import dataclasses
+import time
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
 
-from dagster import AssetExecutionContext, DagsterRunStatus, Failure, MaterializeResult, MetadataValue
+from dagster import (
+    AssetExecutionContext,
+    AssetObservation,
+    DagsterRun,
+    DagsterRunStatus,
+    Failure,
+    MaterializeResult,
+    MetadataValue,
+)
 
 from cs_platform.changestream.metadata import PartitionMetadata, PartitionState, utc_now
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
-from cs_platform.defs.runs import live_runs_by_partition
+from cs_platform.defs.runs import YIELD_TAG, live_runs_by_partition
 from cs_platform.landing.store import LandedFile
 
 GIVEN_UP = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)
@@ -48,15 +62,55 @@ def read_and_land(
         )
         chunks = reader.read_chunks(partition, change_stream.soft_timeout, chunk_mods, change_stream.landing_interval)
     totals = ReadTotals()
-    for chunk in chunks:  # each one durable, then its watermark persisted, before the next is read
-        _stop_if_given_up(context, key)
-        landed = landing.write(change_stream.stream_name, key, chunk)
-        if landed:
-            context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
-        if not replay:
-            store.record_progress(partition.token, chunk.watermark, chunk.finished)
-        totals.add(chunk, landed)
+    started = time.monotonic()
+    with closing(chunks):  # ending early closes the read's stream
+        for chunk in chunks:  # each one durable, then its watermark persisted, before the next is read
+            run = _stop_if_given_up(context, key)
+            landed = landing.write(change_stream.stream_name, key, chunk)
+            if not replay:
+                store.record_progress(partition.token, chunk.watermark, chunk.finished)
+            totals.add(chunk, landed)
+            if landed:
+                context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
+                context.log_event(landing_observation(context, key, chunk, landed, totals))
+            if _yields(run, replay or chunk.finished, time.monotonic() - started, change_stream.yield_after_seconds):
+                totals.yielded = True
+                context.log.info(
+                    f"partitions wait for a run slot: yielding after {time.monotonic() - started:.1f}s, "
+                    f"watermark {chunk.watermark.isoformat()} persisted"
+                )
+                break
     return MaterializeResult(metadata=materialization_metadata(partition, totals, replay))
+
+
+def landing_observation(
+    context: AssetExecutionContext, key: str, chunk: PartitionBatch, landed: LandedFile, read: ReadTotals
+) -> AssetObservation:
+    """The UI's view of a live run: one observation per landed file, on the partition's timeline.
+
+    An observation, not a materialization: the partition is materialized once, when its run ends
+    and reports the whole read; landings in between are progress, and must not look like completed
+    reads to automation or to the lake's checks. Heartbeat-only landings (every few seconds) record
+    nothing here, or a quiet partition would fill the event log."""
+    return AssetObservation(
+        asset_key=context.asset_key,
+        partition=key,
+        description="a chunk landed while the run reads",
+        metadata={
+            "landing_path": MetadataValue.path(landed.path),
+            "mods": landed.rows,
+            "landing_bytes": landed.bytes,
+            "watermark": MetadataValue.timestamp(chunk.watermark),
+            "watermark_lag_seconds": round((utc_now() - chunk.watermark).total_seconds(), 1),
+            "mods_so_far": read.mods,
+            "landed_chunks_so_far": read.landed_chunks,
+        },
+    )
+
+
+def _yields(run: DagsterRun | None, done: bool, read_s: float, yield_after_s: float) -> bool:
+    """End now if the sensor asked this run to give its slot up and it has had its fair share."""
+    return not done and run is not None and YIELD_TAG in run.tags and read_s >= yield_after_s
 
 
 @dataclass
@@ -79,6 +133,7 @@ class ReadTotals:
     landed_bytes: int = 0
     last: PartitionBatch | None = None  # the last chunk: the read's end, watermark and timings
     query_start: datetime | None = None
+    yielded: bool = False  # ended early to give its slot to a waiting partition
 
     def add(self, chunk: PartitionBatch, landed: LandedFile | None) -> None:
         self.records += len(chunk.records)
@@ -115,8 +170,9 @@ def _refuse_concurrent_read(context: AssetExecutionContext, job_name: str, key: 
         )
 
 
-def _stop_if_given_up(context: AssetExecutionContext, key: str) -> None:
-    """Stop before landing if this run was marked failed or cancelled while it read.
+def _stop_if_given_up(context: AssetExecutionContext, key: str) -> DagsterRun | None:
+    """Stop before landing if this run was marked failed or cancelled while it read; else return
+    the run as the storage has it now (its tags say whether it was asked to yield its slot).
 
     The sensor marks a run FAILURE and re-launches its partition once the run is older than
     stale_run_seconds. If the run was alive after all (a loaded machine, a paused VM), reading on
@@ -134,6 +190,7 @@ def _stop_if_given_up(context: AssetExecutionContext, key: str) -> None:
             ),
             allow_retries=False,
         )
+    return run
 
 
 def _seconds_between(earlier, later) -> float | None:
@@ -163,6 +220,7 @@ def materialization_metadata(p: PartitionMetadata, read: ReadTotals, replay: boo
         "scheduled_to_running_seconds": _seconds_between(p.scheduled_at, p.running_at),
         "first_response_seconds": None if last.first_response_s is None else round(last.first_response_s, 2),
         "landed_chunks": read.landed_chunks,
+        "yielded_slot": read.yielded,
     }
     if read.first_commit:
         metadata["first_commit_timestamp"] = MetadataValue.timestamp(read.first_commit)

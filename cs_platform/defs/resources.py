@@ -66,7 +66,9 @@ class ChangeStreamResource(ConfigurableResource):
     start_timestamp: Optional[str] = None  # RFC 3339; default: the first sensor tick
     end_timestamp: Optional[str] = None  # RFC 3339; default: read forever
     heartbeat_millis: int = 2000
-    soft_timeout_seconds: float = 60.0  # one run reads at most this long, then lands and ends
+    # One run reads at most this long, landing as it goes, then ends: long, because a run start costs
+    # seconds and Dagster storage while landing no longer waits for a run's end.
+    soft_timeout_seconds: float = 600.0
     max_parallel_reads: int = 8  # reader runs the sensor keeps in flight
     stale_run_seconds: float = 900.0  # an unfinished run older than this is presumed dead
     # First pause before re-launching a read that made no progress (then doubled). Keep it above the
@@ -75,6 +77,7 @@ class ChangeStreamResource(ConfigurableResource):
     rpc_priority: str = "HIGH"  # LOW, MEDIUM or HIGH (RequestOptions priority of our requests)
     landing_chunk_mods: int = DEFAULT_CHUNK_MODS  # a run lands (and persists its watermark) every this many mods
     landing_interval_seconds: float = DEFAULT_CHUNK_INTERVAL.total_seconds()  # ... and at least this often
+    yield_after_seconds: float = 10.0  # asked to yield its slot (partitions wait), a run ends after reading this long
 
     def validated(self) -> "ChangeStreamResource":
         """Fail early, naming the setting (its environment variable), before anything touches Spanner."""
@@ -91,6 +94,8 @@ class ChangeStreamResource(ConfigurableResource):
             raise InvalidArgumentError(f"{env_name('landing_interval_seconds')} must be positive, got {self.landing_interval_seconds}")
         if self.landing_chunk_mods < 1:
             raise InvalidArgumentError(f"{env_name('landing_chunk_mods')} must be at least 1, got {self.landing_chunk_mods}")
+        if self.yield_after_seconds < 0:
+            raise InvalidArgumentError(f"{env_name('yield_after_seconds')} must be zero or more, got {self.yield_after_seconds}")
         if self.max_parallel_reads < 1:
             raise InvalidArgumentError(f"{env_name('max_parallel_reads')} must be at least 1, got {self.max_parallel_reads}")
         if self.stale_run_seconds <= self.soft_timeout_seconds:
@@ -300,5 +305,6 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             rpc_priority=settings.value(environ, "CS_PLATFORM_RPC_PRIORITY"),
             landing_chunk_mods=settings.value(environ, "CS_PLATFORM_LANDING_CHUNK_MODS"),
             landing_interval_seconds=settings.value(environ, "CS_PLATFORM_LANDING_INTERVAL_SECONDS"),
+            yield_after_seconds=settings.value(environ, "CS_PLATFORM_YIELD_AFTER_SECONDS"),
         )
     return resources

@@ -19,6 +19,9 @@ LIVE_RUN_STATUSES = [
     DagsterRunStatus.CANCELING,
 ]
 PARTITION_TAG = "dagster/partition"
+# Set by the sensor on live reader runs when partitions wait for a slot: the run lands, persists its
+# watermark and ends at its next landing once it has read for yield_after_seconds.
+YIELD_TAG = "cs_platform/yield_slot"
 
 
 def live_runs_by_partition(instance: DagsterInstance, job_name: str, asset_key: AssetKey) -> dict[str, list[RunRecord]]:
@@ -38,3 +41,18 @@ def run_age_seconds(record: RunRecord, now: float | None = None) -> float | None
         return None
     since = record.start_time or record.create_timestamp.timestamp()
     return (now or time.time()) - since
+
+
+def ask_to_yield(instance: DagsterInstance, live: dict[str, list[RunRecord]]) -> int:
+    """Tag every live reader run that is not yet asked to yield its slot; returns how many were asked.
+
+    A tag rather than a cancel: the run ends on its own between two landings, with its last chunk
+    durable and its watermark persisted, so a yield costs one run start and never a re-read."""
+    asked = 0
+    for records in live.values():
+        for record in records:
+            run = record.dagster_run
+            if YIELD_TAG not in run.tags and run.status is not DagsterRunStatus.CANCELING:
+                instance.add_run_tags(run.run_id, {YIELD_TAG: "true"})
+                asked += 1
+    return asked

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,6 +36,7 @@ class Read:
     records: int
     landing_path: str | None
     landed_chunks: int
+    yielded: bool
 
 
 def reads(instance: DagsterInstance) -> list[Read]:
@@ -52,6 +54,12 @@ def reads(instance: DagsterInstance) -> list[Read]:
                 records=meta["records"].value,
                 landing_path=meta["landing_path"].value if "landing_path" in meta else None,
                 landed_chunks=meta["landed_chunks"].value,
+                yielded=meta["yielded_slot"].value,
             )
         )
     return sorted(found, key=lambda r: (r.partition_key, r.query_start))
+
+
+def landing_observations(instance: DagsterInstance) -> Counter:
+    """Observations of landed files per run (the UI's progress of a live run)."""
+    return Counter(event.run_id for event in instance.fetch_observations(ASSET, limit=10_000).records)

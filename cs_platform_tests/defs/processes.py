@@ -89,7 +89,7 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
             while not go.exists() and not deadline.expired():
                 time.sleep(0.05)
             last["resumed"] = True
-        check(context, key)
+        return check(context, key)
 
     LandingStore.write = write
     reading._stop_if_given_up = stop_if_given_up

@@ -63,7 +63,21 @@ def test_parallelism_cap_counts_live_runs_and_prefers_the_oldest_watermark():
     rows = [partition(f"tok{i}", PartitionState.RUNNING, watermark_s=w) for i, w in enumerate([30, 10, 20, 40])]
     plan = PLANNER.plan(rows, live_keys={"somewhere-else"}, launched={}, now=0.0)
     assert [launch.partition.token for launch in plan.launches] == ["tok1", "tok2"]
-    assert plan.waiting == 2
+    assert plan.waiting == 2 and plan.starved == 2
+
+
+def test_only_partitions_due_now_without_a_slot_are_starved():
+    """Starved partitions make the sensor ask live runs to yield; one in backoff must not, or a
+    failing partition would cut every healthy read short."""
+    backing_off = partition("failing", PartitionState.RUNNING, watermark_s=5)
+    cursor = {backing_off.key: LaunchRecord(backing_off.watermark.isoformat(), 0, launched_at=100.0)}
+    due = [partition(f"tok{i}", PartitionState.RUNNING, watermark_s=10 + i) for i in range(2)]
+    live = {"a", "b"}  # one slot left of three
+    plan = PLANNER.plan([backing_off, *due], live, cursor, now=101.0)
+    assert [launch.partition.token for launch in plan.launches] == ["tok0"]
+    assert plan.waiting == 2 and plan.starved == 1
+    plan = PLANNER.plan([backing_off], {"a", "b", "c"}, cursor, now=101.0)
+    assert plan.waiting == 1 and plan.starved == 0
 
 
 def test_cursor_keeps_only_unfinished_partitions_and_survives_a_round_trip():

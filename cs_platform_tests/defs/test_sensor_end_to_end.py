@@ -1,7 +1,10 @@
 """Acceptance for the orchestration: a real Dagster instance, the real sensor evaluated repeatedly,
 the runs it requests executed in worker processes, against the emulator with a concurrent writer,
 through real splits and merges. Nothing lost; every run resumes from its partition's watermark; no
-partition read by two runs at once; merge children launched only after every parent finished."""
+partition read by two runs at once; merge children launched only after every parent finished.
+
+Two run slots for more live partitions than that, and a soft timeout longer than the window: reads
+must rotate (runs asked to yield their slot end early) for the stream to finish in time."""
 
 import threading
 from collections import defaultdict
@@ -13,7 +16,7 @@ from cs_platform.changestream.metadata import ONE_MICROSECOND, lineage, utc_now
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import BankWorkload
-from cs_platform_tests.defs.landing_oracle import assert_no_loss, reads
+from cs_platform_tests.defs.landing_oracle import assert_no_loss, landing_observations, reads
 
 WINDOW_SECONDS = 50
 WRITES_PER_SECOND = 50
@@ -22,8 +25,13 @@ WRITES_PER_SECOND = 50
 def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_stream, dagster_instance):
     start = utc_now()
     end = start + timedelta(seconds=WINDOW_SECONDS)
-    bank_stream.configure(start, end, soft_timeout_s=3)
-    bank_stream.monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "1")  # a run lands as it reads
+    bank_stream.configure(start, end, soft_timeout_s=WINDOW_SECONDS, stale_run_s=3 * WINDOW_SECONDS)
+    for name, value in {
+        "CS_PLATFORM_LANDING_INTERVAL_SECONDS": "1",  # a run lands as it reads
+        "CS_PLATFORM_MAX_PARALLEL_READS": "2",
+        "CS_PLATFORM_YIELD_AFTER_SECONDS": "1",
+    }.items():
+        bank_stream.monkeypatch.setenv(name, value)
     workload = BankWorkload(bank_stream.bank)
     writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=3), WRITES_PER_SECOND), daemon=True)
     writer.start()
@@ -51,6 +59,10 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
         chains[read.partition_key].append(read)
     assert set(chains) == set(by_key)
     assert max(read.landed_chunks for chain in chains.values() for read in chain) >= 2, "no run landed twice"
+    assert any(read.yielded for chain in chains.values() for read in chain), "no run yielded its slot"
+    # While a run read, the UI saw each file it landed as an observation of its partition.
+    landed_per_run = {read.run_id: read.landed_chunks for chain in chains.values() for read in chain if read.landed_chunks}
+    assert landing_observations(dagster_instance) == landed_per_run
     for key, chain in chains.items():
         partition = by_key[key]
         assert chain[0].query_start == partition.reads_from  # T0 + 1µs for the stream's first partitions
