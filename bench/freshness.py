@@ -9,9 +9,18 @@ Delta log). Prints ``freshness_p50_s`` / ``freshness_p95_s`` per configuration, 
 tuned to default measured in the same run. The hourly maintenance pass is scheduled away from the
 window: it holds lake runs up while it runs (``bench/lake_cost.py`` prices it).
 
-- **default**: the settings' defaults (soft timeout 60 s, sensor 30 s, lake sensor 30 s, an
-  in-process Spark driver per lake run);
-- **tuned**: ``TUNED`` below (short reads, fast ticks, lake runs on a warm Spark Connect server).
+- **default**: the settings' defaults (soft timeout 600 s, landing every 5 s, sensor 5 s, lake
+  sensor 30 s, an in-process Spark driver per lake run);
+- **tuned**: ``TUNED`` below (short reads, fast ticks, lake runs on a warm Spark Connect server);
+- **oversubscribed**: the defaults with one run slot (``CS_PLATFORM_MAX_PARALLEL_READS=1``) for the
+  emulator's two to three live partitions: reads must rotate (``CS_PLATFORM_YIELD_AFTER_SECONDS``).
+
+Every configuration also samples the stream's low watermark every second of the window
+(``lag_p50_s`` / ``lag_p95_s``: now − low watermark, what holds every cut back), the live
+partitions, the reader runs started per live partition-hour, and Dagster's storage per partition-day.
+The emulator renews every partition every ~20 s here, so a run is most of a partition's life and
+those two figures are the emulator's churn; the same figures for a partition that lives all day
+follow from the soft timeout (printed as ``..._long_lived``).
 
     .venv/bin/python bench/freshness.py [--window 180 --writes-per-second 10]
 """
@@ -30,7 +39,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance, RunsFilter
 
-from cs_platform.changestream.metadata import utc_now
+from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.dev.dagster_dev import start_dagster_dev
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import STREAM, embedded_bank
@@ -38,7 +47,9 @@ from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import stop_process_group
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
+from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.lake.cuts import ROOT_SETTING, PublishedCut
+from cs_platform import settings as cs_settings
 from cs_platform.lake.delta import DeltaPath
 from cs_platform.landing.location import Location
 
@@ -51,6 +62,9 @@ TUNED = {
     "CS_PLATFORM_HEARTBEAT_MILLIS": "500",
     "CS_PLATFORM_STALE_RUN_SECONDS": "120",
 }
+RUN_START_S = 6  # a reader run's start under the daemon (bench/orchestration_latency.py)
+OVERSUBSCRIBED = {"CS_PLATFORM_MAX_PARALLEL_READS": "1"}
+CONFIGURATIONS = {"default": ({}, False), "tuned": (TUNED, True), "oversubscribed": (OVERSUBSCRIBED, False)}
 
 
 class CutWatcher:
@@ -74,6 +88,21 @@ class CutWatcher:
         return next((seen for seen, cut in self.seen if cut >= commit), None)
 
 
+class LagSampler:
+    """Samples the low watermark's lag and the live partitions once a second (a thread)."""
+
+    def __init__(self, store: PartitionMetadataStore) -> None:
+        self.store = store
+        self.samples: list[tuple[float, int]] = []  # (now - low watermark in seconds, live partitions)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(1.0):
+            unfinished = self.store.unfinished()
+            if unfinished.low_watermark is not None:
+                self.samples.append(((utc_now() - unfinished.low_watermark).total_seconds(), len(unfinished.partitions)))
+
+
 def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
@@ -81,7 +110,7 @@ def percentile(values: list[float], q: float) -> float:
 def measure(name: str, settings: dict[str, str], connect: bool, window: float, rate: float, work: Path) -> dict[str, float]:
     """Run one configuration; returns its freshness figures."""
     with contextlib.ExitStack() as stack:
-        bank = stack.enter_context(embedded_bank(work / name, partition_alive_seconds=20))
+        bank = stack.enter_context(embedded_bank(work / name, partition_alive_seconds=20))  # restores the environment
         os.environ.update(settings)
         if connect:
             os.environ["CS_PLATFORM_SPARK_REMOTE"] = stack.enter_context(spark_connect_server(work / name / "spark-connect.log"))
@@ -92,6 +121,10 @@ def measure(name: str, settings: dict[str, str], connect: bool, window: float, r
         threading.Thread(target=workload.run_until, args=(utc_now() + timedelta(hours=1), rate, 20, stop_writing), daemon=True).start()
         watcher = CutWatcher(os.environ["CS_PLATFORM_LAKE_ROOT"])
         threading.Thread(target=watcher.run, daemon=True).start()
+        store = configured_resources(os.environ)[change_stream_resource_key(STREAM)].metadata_store()
+        soft_timeout_s = cs_settings.value(os.environ, "CS_PLATFORM_SOFT_TIMEOUT_SECONDS")
+        sensor_interval_s = cs_settings.value(os.environ, "CS_PLATFORM_SENSOR_INTERVAL_SECONDS")
+        sampler = LagSampler(store)
         log = stack.enter_context(open(work / name / "dagster_dev.log", "wb"))
         dev = start_dagster_dev(free_loopback_port(), log)
         started = time.monotonic()
@@ -99,7 +132,9 @@ def measure(name: str, settings: dict[str, str], connect: bool, window: float, r
             wait_until(lambda: watcher.seen, 600, f"{name}: the first published cut")
             print(f"{name}_first_cut_s: {time.monotonic() - started:.0f} (after dagster dev started)", flush=True)
             begin = utc_now()
+            threading.Thread(target=sampler.run, daemon=True).start()
             time.sleep(window)
+            sampler.stop.set()
             end = utc_now()
             measured = [c.commit_timestamp for c in list(workload.committed) if begin <= c.commit_timestamp <= end]
             wait_until(lambda: watcher.visible_at(measured[-1]) is not None, 600, f"{name}: a cut past the last measured commit")
@@ -107,6 +142,9 @@ def measure(name: str, settings: dict[str, str], connect: bool, window: float, r
             with DagsterInstance.get() as instance:
                 lake_runs = instance.get_run_records(RunsFilter(job_name="bank_stream_lake"))
                 reader_runs = instance.get_runs_count(RunsFilter(job_name="bank_stream_read_partition"))
+                window_runs = instance.get_runs_count(
+                    RunsFilter(job_name="bank_stream_read_partition", created_after=begin, created_before=end)
+                )
         finally:
             watcher.stop.set()
             stop_process_group(dev)
@@ -121,7 +159,21 @@ def measure(name: str, settings: dict[str, str], connect: bool, window: float, r
     print(f"{name}_dagster_storage_kb_per_run: {storage / 1024 / (reader_runs + len(lake_runs)):.0f} ({storage / 2**20:.1f} MB in all)")
     print(f"{name}_freshness_p50_s: {figures['p50']:.1f}")
     print(f"{name}_freshness_p95_s: {figures['p95']:.1f}")
-    print(f"{name}_freshness_max_s: {figures['max']:.1f}", flush=True)
+    print(f"{name}_freshness_max_s: {figures['max']:.1f}")
+    lag = sorted(seconds for seconds, _ in sampler.samples)
+    live = statistics.mean(count for _, count in sampler.samples)
+    figures["lag_p95"] = percentile(lag, 95)
+    print(f"{name}_live_partitions: {live:.1f} mean, {max(count for _, count in sampler.samples)} max")
+    print(f"{name}_lag_p50_s: {statistics.median(lag):.1f}")
+    print(f"{name}_lag_p95_s: {figures['lag_p95']:.1f}")
+    runs_per_partition_hour = window_runs / live / (window / 3600)
+    print(f"{name}_runs_per_partition_hour: {runs_per_partition_hour:.0f} ({window_runs} reader runs started in the window)")
+    kb_per_run = storage / 1024 / (reader_runs + len(lake_runs))
+    print(f"{name}_dagster_storage_mb_per_partition_day: {runs_per_partition_hour * 24 * kb_per_run / 1024:.0f} (reader runs only)")
+    # A partition that lives all day: one run per soft timeout, plus its start and half a tick.
+    long_lived = 3600 / (soft_timeout_s + RUN_START_S + sensor_interval_s / 2)
+    print(f"{name}_runs_per_partition_hour_long_lived: {long_lived:.1f}")
+    print(f"{name}_dagster_storage_mb_per_partition_day_long_lived: {long_lived * 24 * kb_per_run / 1024:.0f}", flush=True)
     return figures
 
 
@@ -129,16 +181,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--window", type=float, default=180, help="seconds of commits measured per configuration (>= 180)")
     parser.add_argument("--writes-per-second", type=float, default=10)
-    parser.add_argument("--only", choices=("default", "tuned"), help="measure one configuration")
+    parser.add_argument("--only", choices=tuple(CONFIGURATIONS), action="append", help="measure this configuration (repeatable)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="freshness_"))
     print(f"work directory: {work}")
     results = {}
-    if args.only in (None, "default"):
-        results["default"] = measure("default", {}, False, args.window, args.writes_per_second, work)
-    if args.only in (None, "tuned"):
-        results["tuned"] = measure("tuned", TUNED, True, args.window, args.writes_per_second, work)
-    if len(results) == 2:
+    for name in args.only or CONFIGURATIONS:
+        settings, connect = CONFIGURATIONS[name]
+        results[name] = measure(name, settings, connect, args.window, args.writes_per_second, work)
+    if "oversubscribed" in results:
+        print(f"lag_p95_s_oversubscribed: {results['oversubscribed']['lag_p95']:.1f}")
+        if "default" in results:
+            print(f"oversubscribed_over_default_lag_p95: {results['oversubscribed']['lag_p95'] / results['default']['lag_p95']:.2f}")
+    if {"default", "tuned"} <= set(results):
         print(f"freshness_p50_s: {results['tuned']['p50']:.1f} tuned, {results['default']['p50']:.1f} default")
         print(f"freshness_p95_s: {results['tuned']['p95']:.1f} tuned, {results['default']['p95']:.1f} default")
         print(f"tuned_over_default_p95: {results['tuned']['p95'] / results['default']['p95']:.2f}")

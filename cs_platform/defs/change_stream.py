@@ -72,7 +72,7 @@ class ChangeStreamNames:
 def change_stream_definitions(
     stream: str,
     resource: ChangeStreamResource,
-    sensor_interval_seconds: int = 30,
+    sensor_interval_seconds: int = 5,
     sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
     lake_interval_seconds: int = 30,
     max_lag_seconds: float = 600.0,
