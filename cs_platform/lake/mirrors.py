@@ -16,6 +16,7 @@ the mirror first (schema evolution, nothing dropped).
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -92,9 +93,20 @@ def _typed(value_of, columns: dict[str, dict]) -> list:
 
 def replace_mirror(spark: SparkSession, mirror: DeltaPath, rows: DataFrame, columns: dict[str, dict]) -> tuple[int, int]:
     """Make ``rows`` (typed, see :func:`typed_rows`) the whole of ``mirror`` in one commit;
-    returns the mirror's new version and its rows."""
-    _ensure_columns(spark, mirror, columns)
-    rows.write.format("delta").mode("overwrite").save(mirror.uri)
+    returns the mirror's new version and its rows. A new mirror is created with its rows (CREATE
+    TABLE AS SELECT): one commit instead of an empty table then an overwrite, which took half of a
+    small mirror's write (2.6 s → 1.1 s for 300 rows, three mirrors side by side)."""
+    if mirror.exists():
+        _ensure_columns(spark, mirror, columns)
+        rows.write.format("delta").mode("overwrite").save(mirror.uri)
+    else:
+        view = f"cs_platform_snapshot_{uuid.uuid4().hex}"  # tables are written side by side
+        rows.createOrReplaceTempView(view)
+        try:
+            typed = ", ".join(f"CAST({quoted(name)} AS {spark_type(c['type'])}) AS {quoted(name)}" for name, c in columns.items())
+            spark.sql(f"CREATE TABLE delta.{quoted(mirror.uri)} {_table_definition(columns)} AS SELECT {typed} FROM `{view}`")
+        finally:
+            spark.catalog.dropTempView(view)
     version = mirror.version()
     return version, int(mirror.commit_metrics(version).get("numOutputRows", 0))
 
@@ -138,19 +150,24 @@ def _ensure_columns(spark: SparkSession, mirror: DeltaPath, columns: dict[str, d
     wanted = {name: spark_type(c["type"]) for name, c in columns.items()}
     if not mirror.exists():
         schema = ", ".join(f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items())
-        keys = [name for name, c in columns.items() if c["is_primary_key"]]
-        clustered = [k for k in keys if columns[k]["type"]["code"] in CLUSTERABLE][:MAX_CLUSTER_COLUMNS]
-        cluster_by = f"CLUSTER BY ({', '.join(map(quoted, clustered))}) " if clustered else ""
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS delta.{quoted(mirror.uri)} ({schema}) USING delta {cluster_by}"
-            f"TBLPROPERTIES ({sql_string(PRIMARY_KEY_PROPERTY)} = {sql_string(','.join(keys))}, "
-            "'delta.enableDeletionVectors' = 'true')"
-        )
+        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quoted(mirror.uri)} ({schema}) {_table_definition(columns)}")
         return
     present = set(mirror.read(spark).columns)
     missing = [f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items() if name not in present]
     if missing:
         spark.sql(f"ALTER TABLE delta.{quoted(mirror.uri)} ADD COLUMNS ({', '.join(missing)})")
+
+
+def _table_definition(columns: dict[str, dict]) -> str:
+    """What every new mirror is created with (see :func:`_ensure_columns`): Delta, clustered by its
+    primary key's clusterable columns, deletion vectors on, the primary key as a table property."""
+    keys = [name for name, c in columns.items() if c["is_primary_key"]]
+    clustered = [k for k in keys if columns[k]["type"]["code"] in CLUSTERABLE][:MAX_CLUSTER_COLUMNS]
+    cluster_by = f"CLUSTER BY ({', '.join(map(quoted, clustered))}) " if clustered else ""
+    return (
+        f"USING delta {cluster_by}TBLPROPERTIES ({sql_string(PRIMARY_KEY_PROPERTY)} = {sql_string(','.join(keys))}, "
+        "'delta.enableDeletionVectors' = 'true')"
+    )
 
 
 def sample_keys(mirror: DataFrame, keys: list[str], n: int, seed: int = 7) -> list[tuple]:
