@@ -39,6 +39,7 @@ from pathlib import Path
 
 from dagster import DagsterInstance, RunsFilter
 
+from cs_platform import settings as cs_settings
 from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.dev.dagster_dev import start_dagster_dev
 from cs_platform.dev.deadline import wait_until
@@ -49,7 +50,6 @@ from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.lake.cuts import ROOT_SETTING, PublishedCut
-from cs_platform import settings as cs_settings
 from cs_platform.lake.delta import DeltaPath
 from cs_platform.landing.location import Location
 
@@ -156,7 +156,8 @@ def measure(name: str, settings: dict[str, str], connect: bool, window: float, r
     print(f"{name}_cuts_published: {len(watcher.seen)}")
     print(f"{name}_reader_runs: {reader_runs}")
     print(f"{name}_lake_runs: {len(lake_runs)} (median {statistics.median(run_seconds):.1f} s each)")
-    print(f"{name}_dagster_storage_kb_per_run: {storage / 1024 / (reader_runs + len(lake_runs)):.0f} ({storage / 2**20:.1f} MB in all)")
+    kb_per_run = storage / 1024 / (reader_runs + len(lake_runs))
+    print(f"{name}_dagster_storage_kb_per_run: {kb_per_run:.0f} ({storage / 2**20:.1f} MB in all)")
     print(f"{name}_freshness_p50_s: {figures['p50']:.1f}")
     print(f"{name}_freshness_p95_s: {figures['p95']:.1f}")
     print(f"{name}_freshness_max_s: {figures['max']:.1f}")
@@ -168,7 +169,6 @@ def measure(name: str, settings: dict[str, str], connect: bool, window: float, r
     print(f"{name}_lag_p95_s: {figures['lag_p95']:.1f}")
     runs_per_partition_hour = window_runs / live / (window / 3600)
     print(f"{name}_runs_per_partition_hour: {runs_per_partition_hour:.0f} ({window_runs} reader runs started in the window)")
-    kb_per_run = storage / 1024 / (reader_runs + len(lake_runs))
     print(f"{name}_dagster_storage_mb_per_partition_day: {runs_per_partition_hour * 24 * kb_per_run / 1024:.0f} (reader runs only)")
     # A partition that lives all day: one run per soft timeout, plus its start and half a tick.
     long_lived = 3600 / (soft_timeout_s + RUN_START_S + sensor_interval_s / 2)

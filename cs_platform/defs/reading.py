@@ -73,10 +73,11 @@ def read_and_land(
             if landed:
                 context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
                 context.log_event(landing_observation(context, key, chunk, landed, totals))
-            if _yields(run, replay or chunk.finished, time.monotonic() - started, change_stream.yield_after_seconds):
+            read_s = time.monotonic() - started
+            if _yields(run, replay or chunk.finished, read_s, change_stream.yield_after_seconds):
                 totals.yielded = True
                 context.log.info(
-                    f"partitions wait for a run slot: yielding after {time.monotonic() - started:.1f}s, "
+                    f"partitions wait for a run slot: yielding after {read_s:.1f}s, "
                     f"watermark {chunk.watermark.isoformat()} persisted"
                 )
                 break
