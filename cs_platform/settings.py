@@ -100,7 +100,7 @@ SETTINGS = {
         Setting("CS_PLATFORM_LANDING_INTERVAL_SECONDS", _number, "5", "a run also lands what it read and persists its watermark at least this often while the watermark moves (heartbeats alone move it): the lake sees a run's reads while it runs", "landing_interval_seconds"),
         Setting("CS_PLATFORM_MAX_PARALLEL_READS", _integer, "8", "reader runs in flight per stream", "max_parallel_reads"),
         Setting("CS_PLATFORM_YIELD_AFTER_SECONDS", _number, "10", "when partitions wait for a run slot, the sensor asks live runs to yield theirs: each lands, persists its watermark and ends once it has read this long, so reads rotate", "yield_after_seconds"),
-        Setting("CS_PLATFORM_STALE_RUN_SECONDS", _number, "900", "an unfinished run older than this is presumed dead", "stale_run_seconds"),
+        Setting("CS_PLATFORM_STALE_RUN_SECONDS", _number, "120", "a reader run that has not landed for this long (since its start or its last landing) is presumed dead, and its partition re-launched from its watermark; more than twice the landing interval", "stale_run_seconds"),
         Setting("CS_PLATFORM_SENSOR_INTERVAL_SECONDS", _integer, "5", "seconds between partition sensor ticks: a new child partition, and a partition whose run ended or yielded its slot, waits up to this long for its run (a tick is one metadata query)"),
         Setting("CS_PLATFORM_RPC_PRIORITY", _choice("LOW", "MEDIUM", "HIGH"), "HIGH", "priority of the change stream and metadata requests: LOW lets a busy database serve its own traffic first", "rpc_priority"),
         Setting("CS_PLATFORM_SPANNER_TIMEOUT_SECONDS", _number, "20", "deadline of one Spanner call (connect, metadata query)", "timeout_seconds"),

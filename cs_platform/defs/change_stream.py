@@ -32,7 +32,7 @@ from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions, rebuild_key
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource, change_stream_resource_key, stream_slug
-from cs_platform.defs.runs import ask_to_yield, live_runs_by_partition, run_age_seconds
+from cs_platform.defs.runs import ask_to_yield, live_runs_by_partition, seconds_since_progress
 
 STREAM_TAG = "cs_platform/stream"
 READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
@@ -169,12 +169,13 @@ def detect_partitions(
     for key, records in list(live.items()):
         alive = []
         for record in records:
-            age = run_age_seconds(record, now)
-            if age is not None and age > change_stream.stale_run_seconds:
+            quiet = seconds_since_progress(record, now)
+            if quiet is not None and quiet > change_stream.stale_run_seconds:
                 context.instance.report_run_failed(
                     record.dagster_run,
-                    f"presumed dead by {names.sensor}: unfinished {age:.0f}s after start, longer than "
-                    f"stale_run_seconds={change_stream.stale_run_seconds:g}; partition {key} will be re-launched",
+                    f"presumed dead by {names.sensor}: no landing for {quiet:.0f}s (since its start or its last "
+                    f"landing), longer than stale_run_seconds={change_stream.stale_run_seconds:g}; partition {key} "
+                    "will be re-launched",
                 )
             else:
                 alive.append(record)
@@ -202,7 +203,7 @@ def detect_partitions(
         RunRequest(
             run_key=launch.run_key,
             partition_key=launch.partition.key,
-            tags={STREAM_TAG: names.stream, READER_TAG: names.stream, "dagster/max_runtime": str(int(change_stream.stale_run_seconds))},
+            tags={STREAM_TAG: names.stream, READER_TAG: names.stream, "dagster/max_runtime": str(int(change_stream.max_runtime_seconds))},
         )
         for launch in plan.launches
     ]

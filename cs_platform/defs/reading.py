@@ -32,7 +32,7 @@ from dagster import (
 from cs_platform.changestream.metadata import PartitionMetadata, PartitionState, utc_now
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
-from cs_platform.defs.runs import YIELD_TAG, live_runs_by_partition
+from cs_platform.defs.runs import YIELD_TAG, live_runs_by_partition, mark_progress
 from cs_platform.landing.store import LandedFile
 
 GIVEN_UP = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)
@@ -69,6 +69,7 @@ def read_and_land(
             landed = landing.write(change_stream.stream_name, key, chunk)
             if not replay:
                 store.record_progress(partition.token, chunk.watermark, chunk.finished)
+            mark_progress(context.instance, context.run_id)  # alive: the sensor measures staleness from here
             totals.add(chunk, landed)
             if landed:
                 context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
@@ -175,8 +176,8 @@ def _stop_if_given_up(context: AssetExecutionContext, key: str) -> DagsterRun | 
     """Stop before landing if this run was marked failed or cancelled while it read; else return
     the run as the storage has it now (its tags say whether it was asked to yield its slot).
 
-    The sensor marks a run FAILURE and re-launches its partition once the run is older than
-    stale_run_seconds. If the run was alive after all (a loaded machine, a paused VM), reading on
+    The sensor marks a run FAILURE and re-launches its partition once the run has not landed for
+    stale_run_seconds. If the run was alive after all (a stalled machine, a paused VM), reading on
     would race its re-launch: nothing is lost (a watermark never moves back), but both land the
     same records. One run-storage lookup per chunk, against a chunk's Spanner read and file write.
     """
@@ -184,7 +185,7 @@ def _stop_if_given_up(context: AssetExecutionContext, key: str) -> DagsterRun | 
     if run is not None and run.status in GIVEN_UP:
         raise Failure(
             description=(
-                f"run {context.run_id} is {run.status.value} (presumed dead by the sensor after stale_run_seconds, "
+                f"run {context.run_id} is {run.status.value} (presumed dead by the sensor after stale_run_seconds without a landing, "
                 f"or cancelled) but was still reading partition {key}: stopping before its next landing so that "
                 "only the re-launched run reads it. What this run landed stays landed; raise "
                 "CS_PLATFORM_STALE_RUN_SECONDS if live runs are presumed dead on this machine."

@@ -70,7 +70,8 @@ class ChangeStreamResource(ConfigurableResource):
     # seconds and Dagster storage while landing no longer waits for a run's end.
     soft_timeout_seconds: float = 600.0
     max_parallel_reads: int = 8  # reader runs the sensor keeps in flight
-    stale_run_seconds: float = 900.0  # an unfinished run older than this is presumed dead
+    # A run that has not landed (nor started) for this long is presumed dead and its partition re-launched.
+    stale_run_seconds: float = 120.0
     # First pause before re-launching a read that made no progress (then doubled). Keep it above the
     # time a launched run takes to show up in the instance, or a slow start looks like a failure.
     retry_backoff_seconds: float = 30.0
@@ -98,10 +99,11 @@ class ChangeStreamResource(ConfigurableResource):
             raise InvalidArgumentError(f"{env_name('yield_after_seconds')} must be zero or more, got {self.yield_after_seconds}")
         if self.max_parallel_reads < 1:
             raise InvalidArgumentError(f"{env_name('max_parallel_reads')} must be at least 1, got {self.max_parallel_reads}")
-        if self.stale_run_seconds <= self.soft_timeout_seconds:
+        interval = env_name("landing_interval_seconds")
+        if self.stale_run_seconds <= 2 * self.landing_interval_seconds:
             raise InvalidArgumentError(
-                f"{stale} ({self.stale_run_seconds:g}) must exceed {soft} ({self.soft_timeout_seconds:g}): "
-                "a healthy run would be presumed dead"
+                f"{stale} ({self.stale_run_seconds:g}) must exceed twice {interval} ({self.landing_interval_seconds:g}): "
+                "a healthy run lands at least that often, and would be presumed dead"
             )
         if self.rpc_priority not in RpcPriority.__members__:
             raise InvalidArgumentError(
@@ -113,6 +115,11 @@ class ChangeStreamResource(ConfigurableResource):
     @property
     def metadata_table_name(self) -> str:
         return self.metadata_table or f"{self.stream_name}Metadata"
+
+    @property
+    def max_runtime_seconds(self) -> float:
+        """Dagster's run monitoring ends a reader run past this: its soft timeout, then stale_run_seconds."""
+        return self.soft_timeout_seconds + self.stale_run_seconds
 
     @property
     def soft_timeout(self) -> timedelta:

@@ -22,6 +22,8 @@ PARTITION_TAG = "dagster/partition"
 # Set by the sensor on live reader runs when partitions wait for a slot: the run lands, persists its
 # watermark and ends at its next landing once it has read for yield_after_seconds.
 YIELD_TAG = "cs_platform/yield_slot"
+# Set by a reader run after each landing: the wall clock (epoch seconds) at which it last showed it is alive.
+PROGRESS_TAG = "cs_platform/progress_at"
 
 
 def live_runs_by_partition(instance: DagsterInstance, job_name: str, asset_key: AssetKey) -> dict[str, list[RunRecord]]:
@@ -34,13 +36,24 @@ def live_runs_by_partition(instance: DagsterInstance, job_name: str, asset_key: 
     return dict(live)
 
 
-def run_age_seconds(record: RunRecord, now: float | None = None) -> float | None:
-    """Seconds since the run started (or was created, if it never started); None while QUEUED,
-    because a queued run waits on concurrency limits, not on a worker that may have died."""
-    if record.dagster_run.status is DagsterRunStatus.QUEUED:
+def seconds_since_progress(record: RunRecord, now: float | None = None) -> float | None:
+    """Seconds since the run last showed it is alive: its last landing (``mark_progress``), else its
+    start (or creation, if it never started). None while QUEUED, because a queued run waits on
+    concurrency limits, not on a worker that may have died.
+
+    Progress, not age: a healthy run lands every landing interval however long it reads, so a long
+    run is never presumed dead, and a dead one is noticed stale_run_seconds after its last landing
+    rather than after its whole soft timeout."""
+    run = record.dagster_run
+    if run.status is DagsterRunStatus.QUEUED:
         return None
-    since = record.start_time or record.create_timestamp.timestamp()
+    since = max(record.start_time or record.create_timestamp.timestamp(), float(run.tags.get(PROGRESS_TAG, 0)))
     return (now or time.time()) - since
+
+
+def mark_progress(instance: DagsterInstance, run_id: str) -> None:
+    """Record that the run is alive: call after each landing (the sensor reads it, ``seconds_since_progress``)."""
+    instance.add_run_tags(run_id, {PROGRESS_TAG: f"{time.time():.3f}"})
 
 
 def ask_to_yield(instance: DagsterInstance, live: dict[str, list[RunRecord]]) -> int:

@@ -66,7 +66,7 @@ def spanner() -> SpannerResource:
         ({"metadata_table": "1bad"}, InvalidIdentifierError, "metadata table name"),
         ({"heartbeat_millis": 50}, InvalidArgumentError, "CS_PLATFORM_HEARTBEAT_MILLIS: heartbeat"),
         ({"soft_timeout_seconds": 0}, InvalidArgumentError, "CS_PLATFORM_SOFT_TIMEOUT_SECONDS must be positive"),
-        ({"stale_run_seconds": 10, "soft_timeout_seconds": 60}, InvalidArgumentError, r"CS_PLATFORM_STALE_RUN_SECONDS \(10\) must exceed CS_PLATFORM_SOFT_TIMEOUT_SECONDS"),
+        ({"stale_run_seconds": 10, "landing_interval_seconds": 5}, InvalidArgumentError, r"CS_PLATFORM_STALE_RUN_SECONDS \(10\) must exceed twice CS_PLATFORM_LANDING_INTERVAL_SECONDS"),
         ({"start_timestamp": "yesterday"}, InvalidArgumentError, "CS_PLATFORM_START_TIMESTAMP='yesterday' is not an RFC 3339"),
     ],
 )

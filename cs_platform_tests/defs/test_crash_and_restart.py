@@ -3,8 +3,9 @@
 - crash: a run killed (a) before its landing write, (b) after it but before the watermark update.
   The sensor presumes the dead run failed (stale_run_seconds), re-launches the partition from its
   watermark; nothing is lost, and (b) leaves duplicates that the change identity removes.
-- presumed dead: a run the sensor marked failed while it was in fact alive stops before it lands
-  again, so it never reads beside its re-launch.
+- presumed dead: a run is presumed dead once it has not landed for stale_run_seconds, however long it
+  has read; a run the sensor marked failed while it was in fact alive stops before it lands again,
+  so it never reads beside its re-launch.
 - restart: the sensor loop and its runs are killed mid-stream and started again on the existing
   metadata table with an empty cursor: no re-initialization (Beam #32509), no error, no loss.
 """
@@ -12,26 +13,28 @@
 import os
 import signal
 import time
+from datetime import timedelta
 
 import pytest
-from dagster import DagsterRunStatus, RunsFilter
+from dagster import DagsterRun, DagsterRunStatus, RunsFilter
 
-from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState
-from cs_platform.defs.runs import live_runs_by_partition
+from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState, utc_now
+from cs_platform.defs.runs import live_runs_by_partition, mark_progress
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.deadline import Deadline, load_per_core
-from cs_platform.dev.sensor_loop import SensorLoop
+from cs_platform.dev.sensor_loop import SensorLoop, evaluate_sensor
 from cs_platform_tests.defs.landing_oracle import ASSET, assert_no_loss, reads
 from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
 
 
-
 def stale_run_seconds() -> float:
-    """How long the sensor waits before it presumes a killed run dead: short, so the test is quick,
-    yet longer than a live run lasts on this machine now (a 2 s soft timeout plus its start, about
-    4 s quiet and 8 s at a load of 3 per core). A live run presumed dead keeps reading beside its
-    re-launch: nothing is lost, but it lands duplicates and a failure these tests do not expect."""
-    return max(10.0, 5 * load_per_core())
+    """How long the sensor waits, after a killed run's start or last landing, before it presumes the
+    run dead: short, so the test is quick, yet longer than a live run goes without landing on this
+    machine now (with a 2 s soft timeout and the 5 s landing interval a run lands once, at its end:
+    about 4 s quiet and 8 s at a load of 3 per core), and more than twice the landing interval. A live
+    run presumed dead keeps reading beside its re-launch: nothing is lost, but it lands duplicates
+    and a failure these tests do not expect."""
+    return max(12.0, 5 * load_per_core())
 
 
 def reading_partitions(bank_stream, loop):
@@ -89,6 +92,33 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
         chains.setdefault(read.partition_key, []).append(read)
     for p in victims:
         assert any(r.query_start == p.watermark + ONE_MICROSECOND for r in chains[p.key]) or p.watermark < p.reads_from
+
+
+def test_a_run_that_lands_is_alive_however_long_it_reads_and_one_that_stops_landing_is_presumed_dead(bank_stream, dagster_instance):
+    """Liveness is measured from a run's last landing, not its start: a long run is never presumed
+    dead (measured from its start, it was at stale_run_seconds, and read on beside its re-launch),
+    and a dead one is noticed stale_run_seconds after it stopped landing."""
+    stale = max(3.0, 2 * load_per_core())
+    bank_stream.configure(utc_now(), utc_now() + timedelta(hours=1), soft_timeout_s=60, stale_run_s=stale)
+    bank_stream.monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "1")
+    definitions = build_definitions()
+    sensor = definitions.resolve_sensor_def(SENSOR)
+    first = evaluate_sensor(definitions, dagster_instance, sensor, None)  # initializes the stream
+    [launch] = first.run_requests  # not executed: a run that lands stands in for it
+    run = DagsterRun(job_name=JOB, run_id="1" * 32, status=DagsterRunStatus.STARTED, tags={"dagster/partition": launch.partition_key})
+    dagster_instance.add_run(run)
+    landing_until = time.monotonic() + 1.5 * stale
+    while time.monotonic() < landing_until:  # it lands every landing interval, for longer than stale
+        mark_progress(dagster_instance, run.run_id)
+        time.sleep(0.2)
+    mark_progress(dagster_instance, run.run_id)
+    evaluate_sensor(definitions, dagster_instance, sensor, first.cursor)
+    assert dagster_instance.get_run_by_id(run.run_id).status is DagsterRunStatus.STARTED, "a run that lands was presumed dead"
+    time.sleep(stale + 0.5)  # it stops landing
+    evaluate_sensor(definitions, dagster_instance, sensor, first.cursor)
+    assert dagster_instance.get_run_by_id(run.run_id).status is DagsterRunStatus.FAILURE
+    [failure] = [e for e in dagster_instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.is_run_failure]
+    assert "presumed dead" in failure.message and "no landing for" in failure.message
 
 
 def test_a_run_presumed_dead_while_alive_stops_before_it_lands_again(bank_stream, dagster_instance, tmp_path, monkeypatch):
