@@ -1,7 +1,7 @@
 """`make stack` end to end: the production shape, every part real, only configuration changed.
 
 The bank on the Spanner emulator (accounts and transfers before the stream's start, partitions that
-split and merge every 3-6 s), 40 seconds of transfers, landing and lake on gs:// through a GCS
+split and merge every 3-6 s), 30 seconds of transfers, landing and lake on gs:// through a GCS
 emulator, lake runs whose tasks run on a Spark standalone cluster's executors, and every run
 launched by dagster-daemon from an instance on PostgreSQL (the run queue with its tag concurrency
 limits). Then:
@@ -31,7 +31,7 @@ from cs_platform.dev.stack import dagster_yaml, production_stack
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
 
-WRITE_SECONDS = 40  # with the fast churn, several splits and merges
+WRITE_SECONDS = 30  # with the fast churn (3-6 s), five or more splits and merges
 
 
 def task_executors(event_logs) -> dict[str, set[str]]:
