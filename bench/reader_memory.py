@@ -10,8 +10,10 @@ before reads were landed in chunks of CS_PLATFORM_LANDING_CHUNK_MODS).
 
     .venv/bin/python bench/reader_memory.py [--sizes 10000 100000 1000000]
 
-Prints ``rss_mb_10k``, ``rss_mb_100k``, ``rss_mb_1m``, ``rss_growth_1m_over_10k`` (goal: at most
-1.5) and the baseline ``rss_mb_100k_one_chunk``.
+Prints ``rss_mb_10k``, ``rss_mb_100k``, ``rss_mb_1m`` (goal: at most 200 for 10k: a reader run
+loads neither PySpark nor Delta), ``rss_growth_1m_over_10k`` (goal: at most 1.5), the baseline
+``rss_mb_100k_one_chunk``, and each size's ``start_to_first_record_s`` (from the run process's
+launch to the first record it read: imports, Dagster's run start, the first query).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -67,17 +70,28 @@ def write(database, total: int, marks: list[int]) -> dict[int, object]:
     return ends
 
 
-def peak_rss_mb(key: str, env: dict) -> float:
-    """Run the reader job for partition ``key`` in a fresh process; its peak RSS in MB."""
+@dataclass(frozen=True)
+class RunMeasure:
+    peak_rss_mb: float
+    mods: int
+    start_to_first_record_s: float  # from the process's launch to the first record it read
+
+
+def run_reader(key: str, env: dict, dagster: DagsterInstance) -> RunMeasure:
+    """Run the reader job for partition ``key`` in a fresh process, as Dagster's run launcher does."""
+    launched = time.time()
     process = subprocess.Popen([sys.executable, "-c", RUN, JOB, key], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
     if status != 0:
         raise RuntimeError(f"the run of {key} failed: {process.stderr.read().decode()[-2000:]}")
-    return usage.ru_maxrss / 1024
+    [record] = [r for r in dagster.fetch_materializations(ASSET, limit=100).records if r.asset_materialization.partition == key]
+    meta = record.asset_materialization.metadata
+    first_record = meta["read_started_at"].value + meta["first_response_seconds"].value
+    return RunMeasure(usage.ru_maxrss / 1024, meta["mods"].value, first_record - launched)
 
 
-def measure(instance, emulator, workdir: Path, start, end, name: str, chunk_mods: int | None) -> tuple[float, int]:
-    """Read [start, end] with a fresh metadata database; (peak RSS of the largest run, mods read)."""
+def measure(instance, emulator, workdir: Path, start, end, name: str, chunk_mods: int | None) -> RunMeasure:
+    """Read [start, end] with a fresh metadata database: the run that read the data (the largest)."""
     metadata = create_database(instance, name, [])
     store = PartitionMetadataStore(metadata, f"{STREAM}Metadata")
     store.initialize(start, end, 300_000)
@@ -106,9 +120,9 @@ def measure(instance, emulator, workdir: Path, start, end, name: str, chunk_mods
     keys = [p.key for p in store.schedulable()]
     with DagsterInstance.from_config(env["DAGSTER_HOME"]) as dagster:
         dagster.add_dynamic_partitions(PARTITIONS, keys)
-        peak = max(peak_rss_mb(key, env) for key in keys)
-        mods = sum(r.asset_materialization.metadata["mods"].value for r in dagster.fetch_materializations(ASSET, limit=100).records)
-    return peak, mods
+        runs = [run_reader(key, env, dagster) for key in keys]
+    data = max(runs, key=lambda run: run.mods)
+    return RunMeasure(max(run.peak_rss_mb for run in runs), sum(run.mods for run in runs), data.start_to_first_record_s)
 
 
 def label(n: int) -> str:
@@ -130,11 +144,14 @@ def main() -> None:
         ends = write(database, sizes[-1], sizes)
         rss = {}
         for n in sizes:
-            rss[n], mods = measure(instance, emulator, Path(tmp), start, ends[n], f"meta-{label(n)}", None)
-            assert mods == n, f"the runs read {mods} mods, expected {n}"
+            run = measure(instance, emulator, Path(tmp), start, ends[n], f"meta-{label(n)}", None)
+            assert run.mods == n, f"the runs read {run.mods} mods, expected {n}"
+            rss[n] = run.peak_rss_mb
             print(f"rss_mb_{label(n)}: {rss[n]:.0f}", flush=True)
-        one_chunk, mods = measure(instance, emulator, Path(tmp), start, ends[baseline_size], f"one-{label(baseline_size)}", 10**9)
-        assert mods == baseline_size
+            print(f"start_to_first_record_s_{label(n)}: {run.start_to_first_record_s:.2f}  # load {os.getloadavg()[0]:.1f}", flush=True)
+        baseline = measure(instance, emulator, Path(tmp), start, ends[baseline_size], f"one-{label(baseline_size)}", 10**9)
+        assert baseline.mods == baseline_size
+        one_chunk = baseline.peak_rss_mb
     print(f"rss_growth_{label(sizes[-1])}_over_{label(sizes[0])}: {rss[sizes[-1]] / rss[sizes[0]]:.2f}")
     print(f"rss_mb_{label(baseline_size)}_one_chunk: {one_chunk:.0f}  # baseline: the same read landed as one chunk")
     print(f"rss_one_chunk_over_chunked_{label(baseline_size)}: {one_chunk / rss[baseline_size]:.2f}")

@@ -20,7 +20,8 @@ from cs_platform.definitions import build_definitions
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.source import SourceMismatchError
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import advance_lake, source_identity
+from cs_platform.pipeline import advance_lake
+from cs_platform.stream_state import source_identity
 
 
 def test_a_second_source_is_refused_by_landing_and_lake_and_nothing_is_dropped(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):

@@ -32,7 +32,6 @@ from dagster import (
 from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource, LandingResource, RetentionResource
 from cs_platform.defs.schedules import scheduled_job
-from cs_platform.lake.cuts import ingested_landing
 from cs_platform.landing.store import RemovedLanding
 
 ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
@@ -85,6 +84,8 @@ def clean_up(
     now = datetime.now(timezone.utc)
     runs_removed, runs_left = remove_ended_runs(instance, reader_job, now - retention.runs)
     log.info(f"deleted {runs_removed} reader runs that ended before {(now - retention.runs).isoformat()} ({runs_left} left)")
+    from cs_platform.lake.cuts import ingested_landing  # the lake's modules load PySpark: only when a pass runs
+
     live_keys = {p.key for p in store.unfinished().partitions}
     marks = ingested_landing(lake.stream_root(stream))
     files = landing.store().remove_ingested(stream, marks, now - retention.landing, live_keys)

@@ -4,11 +4,14 @@ Thin: a cut is ``cs_platform.pipeline.advance_lake`` (read the cut, ingest, appl
 ``make demo`` and the tests make. Both assets come from that one step, because the cut must be read
 *before* the landing files are listed (DESIGN invariant 2). The lake sensor requests the step
 whenever the stream's low watermark has moved, at most one lake run per stream at a time.
-"""
 
+PySpark and the lake's modules are imported inside the step, not here: every run loads this code
+location, and a reader run must not pay for them (``defs.resources.SparkResource``).
+"""
 
 import time
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from dagster import (
     AssetCheckResult,
@@ -40,10 +43,11 @@ from cs_platform.changestream.metadata import utc_now
 from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, watch_retention
 from cs_platform.changestream.snapshot import SourceSnapshot
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
-from cs_platform.lake.cuts import IncompleteTransactionsError, Lake, UntypedValueError
-from cs_platform.lake.mirrors import primary_key, sample_keys
-from cs_platform.lake.snapshot import SnapshotResult
-from cs_platform.pipeline import StreamPosition, advance_lake, stream_cut
+from cs_platform.stream_state import StreamPosition, stream_cut
+
+if TYPE_CHECKING:
+    from cs_platform.lake.cuts import Lake
+    from cs_platform.lake.snapshot import SnapshotResult
 
 LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per stream (tag concurrency limit)
 SAMPLE_KEYS = 100
@@ -134,6 +138,9 @@ def lake_definitions(
         required_resource_keys={"pyspark", "lake", "landing", resource_key},
     )
     def lake_step(context: AssetExecutionContext):
+        from cs_platform.lake.cuts import IncompleteTransactionsError, UntypedValueError
+        from cs_platform.pipeline import advance_lake
+
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         settings: LakeResource = context.resources.lake
         lake = settings.lake(context.resources.pyspark.spark_session, stream)
@@ -263,7 +270,7 @@ def lag_check(position: StreamPosition, lag: float, max_lag_seconds: float) -> A
     return _check("watermark_lag", position.finished or lag <= max_lag_seconds, metadata, AssetCheckSeverity.WARN)
 
 
-def snapshot_metadata(snapshot: SnapshotResult | None) -> dict:
+def snapshot_metadata(snapshot: "SnapshotResult | None") -> dict:
     """What the snapshot at T0 wrote, on the cut that took it."""
     if snapshot is None:
         return {}
@@ -293,10 +300,12 @@ def retention_check(watch: RetentionWatch, stream: str) -> AssetCheckResult:
     return _check("change_stream_retention", watch.level is RetentionLevel.OK, metadata, severity)
 
 
-def mirrors_match_source(lake: Lake, database, stream: str, rebuilds: AssetKey) -> AssetCheckResult:
+def mirrors_match_source(lake: "Lake", database, stream: str, rebuilds: AssetKey) -> AssetCheckResult:
     """At the last applied cut, each watched table has a mirror with the source's row count, and a
     random sample of its primary keys exists in the source read at that timestamp (values are
     compared by the tests). Names the tables to rebuild."""
+    from cs_platform.lake.mirrors import primary_key, sample_keys
+
     cut = lake.last_cut()
     if cut is None:
         return _check("mirrors_match_source", True, {"mismatched": "none", "note": "no cut applied yet: nothing has landed"})

@@ -2,7 +2,10 @@
 
 Thin: a pass is ``cs_platform.lake.maintenance.maintain``. Its job carries the lake runs'
 concurrency tag, so with the run queue's limit (docs/dagster.md, Concurrency) a pass never runs beside a cut.
+The lake's modules load PySpark, so they are imported by the step, not by the code location.
 """
+
+from typing import TYPE_CHECKING
 
 from dagster import (
     AssetExecutionContext,
@@ -15,7 +18,9 @@ from dagster import (
 from cs_platform.defs.lake_assets import LAKE_TAG
 from cs_platform.defs.resources import LakeResource
 from cs_platform.defs.schedules import scheduled_job
-from cs_platform.lake.maintenance import MaintenanceResult, maintain
+
+if TYPE_CHECKING:
+    from cs_platform.lake.maintenance import MaintenanceResult
 
 
 def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, cron: str) -> tuple:
@@ -35,6 +40,8 @@ def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, 
         ),
     )
     def lake_maintenance(context: AssetExecutionContext) -> MaterializeResult:
+        from cs_platform.lake.maintenance import maintain
+
         settings: LakeResource = context.resources.lake
         lake = settings.lake(context.resources.pyspark.spark_session, stream)
         result = maintain(lake, settings.kept_cuts, settings.vacuum_margin_seconds)
@@ -48,7 +55,7 @@ def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, 
     return lake_maintenance, job, schedule
 
 
-def maintenance_metadata(result: MaintenanceResult) -> dict:
+def maintenance_metadata(result: "MaintenanceResult") -> dict:
     rows = "\n".join(
         f"| {t.name} | {t.files_before} → {t.files_after} | {t.bytes_before:,} → {t.bytes_after:,} | {t.retention_hours} | "
         f"{'' if t.pinned_version is None else t.pinned_version} |"

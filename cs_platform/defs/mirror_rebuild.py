@@ -22,7 +22,6 @@ from dagster import (
 
 from cs_platform.defs.lake_assets import LAKE_TAG
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
-from cs_platform.pipeline import rebuild_mirrors
 
 
 def mirror_rebuild_definitions(slug: str, stream: str, tables: DynamicPartitionsDefinition, resource_key: str) -> tuple:
@@ -43,6 +42,8 @@ def mirror_rebuild_definitions(slug: str, stream: str, tables: DynamicPartitions
         ),
     )
     def mirror_rebuild(context: AssetExecutionContext) -> MaterializeResult:
+        from cs_platform.pipeline import rebuild_mirrors  # the lake's modules load PySpark: only in this step
+
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         settings: LakeResource = context.resources.lake
         lake = settings.lake(context.resources.pyspark.spark_session, stream)

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import re
 from datetime import datetime, timedelta
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Any, Mapping, Optional
 
 from dagster import ConfigurableResource, EnvVar
-from dagster_pyspark import PySparkResource
 from google.cloud.spanner_v1.database import Database
 from pydantic import PrivateAttr
 
@@ -22,14 +21,17 @@ from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_heartbeat_millis, validate_identifier
 from cs_platform.changestream.reader import DEFAULT_CHUNK_INTERVAL, DEFAULT_CHUNK_MODS, PartitionReader
 from cs_platform.changestream.values import parse_timestamp
-from cs_platform.lake.cuts import POLICIES, Lake
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import source_identity
 from cs_platform import settings
-from cs_platform.lake.spark import check_reachable, lake_spark_config
-from cs_platform.landing.gcs import storage_for
+from cs_platform.landing.gcs import GcsAccess, storage_for
 from cs_platform.settings import env_name
+from cs_platform.stream_state import source_identity
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cs_platform.lake.cuts import Lake
 
 
 class SpannerResource(ConfigurableResource):
@@ -185,7 +187,9 @@ class LakeResource(ConfigurableResource):
     def stream_root(self, stream: str) -> str:
         return f"{self.root.rstrip('/')}/{validate_identifier(stream, 'change stream name')}"
 
-    def lake(self, spark, stream: str) -> Lake:
+    def lake(self, spark: SparkSession, stream: str) -> Lake:
+        from cs_platform.lake.cuts import POLICIES, Lake  # PySpark: only in the lake's steps (see SparkResource)
+
         if self.untyped_values not in POLICIES:
             raise InvalidArgumentError(f"CS_PLATFORM_UNTYPED_VALUES={self.untyped_values!r} is not one of {', '.join(POLICIES)}")
         return Lake(spark, self.stream_root(stream), untyped_policy=self.untyped_values)
@@ -217,19 +221,50 @@ class RetentionResource(ConfigurableResource):
         return timedelta(seconds=self.landing_retention_seconds)
 
 
-class SparkResource(PySparkResource):
-    """dagster-pyspark's session with Delta (``lake_spark_config``): on the Spark Connect server of
-    ``spark.remote`` when set (a long-lived JVM), else a driver in the run's process, local or on a
-    cluster's master. A server or master is checked to answer first: Spark alone would retry for
-    minutes."""
+class SparkResource(ConfigurableResource):
+    """The lake's Spark session with Delta (``lake.spark.lake_spark_config``), built by dagster-pyspark's
+    ``spark_session_from_config`` when a step that needs it starts: on the Spark Connect server at
+    ``remote`` when set (a long-lived JVM), else a driver in the run's process on ``master`` (local, or
+    a cluster's master), with Google's GCS connector when ``gcs`` (a root is on gs://).
 
-    @classmethod
-    def _is_dagster_maintained(cls) -> bool:
-        return False
+    Not dagster-pyspark's ``PySparkResource`` itself: importing it imports PySpark, and every run
+    loads the whole code location, reader runs included. Here PySpark and Delta are imported only by
+    the steps that use Spark, so a reader run stays lean (``bench/reader_memory.py``). A server or
+    master is checked to answer first: Spark alone would retry for minutes."""
+
+    master: str = "local[*]"
+    remote: str = ""
+    gcs: bool = False
+    gcs_emulator: Optional[str] = None  # http://host:port of a GCS emulator; None: Cloud Storage
+    _session: Any = PrivateAttr(default=None)
+
+    def spark_config(self) -> dict[str, str]:
+        from cs_platform.lake.spark import lake_spark_config
+
+        return lake_spark_config(self.master, self.remote, GcsAccess(self.gcs_emulator) if self.gcs else None)
 
     def setup_for_execution(self, context) -> None:
-        check_reachable(self.spark_config)
-        super().setup_for_execution(context)
+        from dagster_pyspark.resources import spark_session_from_config
+
+        from cs_platform.lake.spark import check_reachable
+
+        config = self.spark_config()
+        check_reachable(config)
+        self._session = spark_session_from_config(config)
+
+    @property
+    def spark_session(self) -> SparkSession:
+        return self._session
+
+
+def spark_resource(environ: Mapping[str, str], roots: list[str]) -> SparkResource:
+    storage = storage_for(roots, environ)  # parsed now: a bad STORAGE_EMULATOR_HOST fails the load, named
+    return SparkResource(
+        master=settings.value(environ, "CS_PLATFORM_SPARK_MASTER"),
+        remote=settings.value(environ, "CS_PLATFORM_SPARK_REMOTE") or "",
+        gcs=storage is not None,
+        gcs_emulator=storage.emulator if storage is not None else None,
+    )
 
 
 def _timestamp_setting(name: str, value: str | None) -> datetime | None:
@@ -290,13 +325,7 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             run_retention_seconds=settings.value(environ, "CS_PLATFORM_RUN_RETENTION_SECONDS"),
             landing_retention_seconds=settings.value(environ, "CS_PLATFORM_LANDING_RETENTION_SECONDS"),
         ),
-        "pyspark": SparkResource(
-            spark_config=lake_spark_config(
-                settings.value(environ, "CS_PLATFORM_SPARK_MASTER"),
-                settings.value(environ, "CS_PLATFORM_SPARK_REMOTE") or "",
-                storage_for([landing_root, lake_root], environ),
-            )
-        ),
+        "pyspark": spark_resource(environ, [landing_root, lake_root]),
     }
     for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS"):
         resources[change_stream_resource_key(stream)] = ChangeStreamResource(
