@@ -4,7 +4,7 @@
 ``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
 partition KEY that stops dead at POINT (``before_landing``; ``after_landing``: after the landing
 write and before the watermark update; ``between_chunks``: after a chunk landed and its watermark
-was persisted, with more of the read to come), writes MARKER and waits to be killed; or, for
+was persisted, as the next chunk, read, is about to land), writes MARKER and waits to be killed; or, for
 ``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
 (the run checks whether it was given up before landing) and writes MARKER.late if it lands at all.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
@@ -70,6 +70,8 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
     def write(self, stream, key, batch):
         if point == "before_landing":
             stop_dead(None)
+        if point == "between_chunks" and "watermark" in last:
+            stop_dead(last["landed"], watermark=last["watermark"])
         if last.get("resumed"):
             marker.with_suffix(".late").write_text(key)
         last["landed"] = land(self, stream, key, batch)
@@ -79,8 +81,8 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
 
     def record_progress(self, token, watermark, finished):
         persist(self, token, watermark, finished)
-        if point == "between_chunks" and not finished:  # a chunk landed, its watermark persisted, more to read
-            stop_dead(last["landed"], watermark=watermark.isoformat())
+        if not finished:  # a chunk landed, its watermark persisted, more to read
+            last["watermark"] = watermark.isoformat()
 
     def stop_if_given_up(context, key):  # the first chunk is read: wait for the verdict, then check
         if point == "presumed_dead" and not last.get("resumed"):

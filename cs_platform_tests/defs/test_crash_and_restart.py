@@ -202,6 +202,9 @@ def test_a_run_killed_between_chunks_keeps_what_it_landed_and_loses_nothing(bank
             time.sleep(0.1)
         markers = {key: wait_for(tmp_path / f"{key}.json") for key in processes if (tmp_path / f"{key}.json").exists()}
         assert any(m["rows"] for m in markers.values()), "no run landed a chunk of data: the writer was idle?"
+        # The runs are alive, and the UI already shows each file they landed (an observation per landing).
+        observed = {(r.asset_observation.partition, r.asset_observation.metadata["landing_path"].value) for r in dagster_instance.fetch_observations(ASSET, limit=10_000).records}
+        assert {(key, m["landed"]) for key, m in markers.items() if m["rows"]} <= observed
         for key, marker in markers.items():
             os.killpg(processes[key].pid, signal.SIGKILL)
             assert processes[key].wait(timeout=10) == -signal.SIGKILL
