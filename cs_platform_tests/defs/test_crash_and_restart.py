@@ -38,15 +38,19 @@ def stale_run_seconds() -> float:
 
 
 def reading_partitions(bank_stream, loop):
-    """Every live partition, all of them SCHEDULED/RUNNING with no run in flight: the one the
-    emulator puts all data in is among them. Ticks until no child waits to be scheduled."""
-    while True:
-        loop.wait_for_runs()
-        unfinished = bank_stream.store.unfinished()
-        found = unfinished.in_states(PartitionState.SCHEDULED, PartitionState.RUNNING)
-        if found and not unfinished.schedulable:
-            return found
-        loop.tick()
+    """Every live partition, SCHEDULED or RUNNING with no run in flight: the one the emulator puts
+    all data in is among them. Partitions churn every 3-6 s, faster than runs drain on a loaded
+    machine, so children that became schedulable meanwhile are marked SCHEDULED here, as the sensor
+    would, not launched: waiting for a moment with none to launch could last forever (it did, on a
+    loaded machine)."""
+    loop.wait_for_runs()
+    store = bank_stream.store
+    schedulable = store.unfinished().schedulable
+    loop.instance.add_dynamic_partitions("bank_stream_partitions", [p.key for p in schedulable])
+    store.transition([p.token for p in schedulable], PartitionState.SCHEDULED)
+    found = store.unfinished().in_states(PartitionState.SCHEDULED, PartitionState.RUNNING)
+    assert found, "no live partition"
+    return found
 
 
 @pytest.mark.parametrize("point", ["before_landing", "after_landing"])
