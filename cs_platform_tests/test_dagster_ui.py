@@ -15,7 +15,6 @@ import subprocess
 import threading
 import time
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 
@@ -61,18 +60,6 @@ def render(url: str, profile: Path, screenshot: Path | None = None) -> str:
     dom = subprocess.run([*args, "--dump-dom", url], check=True, capture_output=True, text=True, timeout=120).stdout
     print(f"rendered {url} in {time.monotonic() - began:.1f}s")
     return dom
-
-
-def render_all(pages: dict[str, str], tmp_path: Path, screenshots: set[str]) -> dict[str, str]:
-    """Each page's DOM (and a screenshot of those named in ``screenshots``), rendered side by side,
-    each Chromium with a profile of its own: a render mostly waits for the page's polling to settle,
-    so one after another they took most of this test's time."""
-
-    def one(name: str) -> str:
-        return render(pages[name], tmp_path / f"chromium-{name}", tmp_path / f"{name}.png" if name in screenshots else None)
-
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        return dict(zip(pages, pool.map(one, pages)))
 
 
 def cut_times(instance: DagsterInstance, since: float) -> list[int]:
@@ -142,25 +129,19 @@ def check_dagster_dev(tmp_path, spark):
             assert sum(balances) == INITIAL_BALANCE * len(balances), f"cut {cut} is not a consistent bank"
         assert balances, "the last cut has no accounts"
 
-        pages = render_all(
-            {
-                "asset": f"{base}/assets/bank_stream/landed_changes",
-                "partitions": f"{base}/assets/bank_stream/landed_changes?view=partitions",
-                "automation": f"{base}/automation",
-                "runs": f"{base}/runs",
-                "mirrors": f"{base}/assets/bank_stream/mirrors",
-                "checks": f"{base}/assets/bank_stream/mirrors?view=checks",
-            },
-            tmp_path,
-            screenshots={"asset", "checks"},
-        )
-        assert "landed_changes" in pages["asset"] and "bank_stream" in pages["asset"]
-        assert "initial" in pages["partitions"] and keys[1] in pages["partitions"]
-        assert "bank_stream_partition_sensor" in pages["automation"]
-        assert "bank_stream_read_partition" in pages["runs"] and "Success" in pages["runs"]
-        assert "bank_stream_lake" in pages["runs"]
-        assert "Freshness" in pages["mirrors"]
-        checks_page = pages["checks"]
+        profile = tmp_path / "chromium"
+        asset_page = render(f"{base}/assets/bank_stream/landed_changes", profile, tmp_path / "asset.png")
+        assert "landed_changes" in asset_page and "bank_stream" in asset_page
+        partitions_page = render(f"{base}/assets/bank_stream/landed_changes?view=partitions", profile)
+        assert "initial" in partitions_page and keys[1] in partitions_page
+        automation_page = render(f"{base}/automation", profile)
+        assert "bank_stream_partition_sensor" in automation_page
+        runs_page = render(f"{base}/runs", profile)
+        assert "bank_stream_read_partition" in runs_page and "Success" in runs_page
+        assert "bank_stream_lake" in runs_page
+        mirrors_page = render(f"{base}/assets/bank_stream/mirrors", profile)
+        assert "Freshness" in mirrors_page
+        checks_page = render(f"{base}/assets/bank_stream/mirrors?view=checks", profile, tmp_path / "checks.png")
         assert f"Checks ({len(CHECKS)})" in checks_page
         assert all(name[:8] in checks_page for name in CHECKS)  # the list truncates long names
         first = sorted(CHECKS)[0]  # the page opens on the first check, with its description
