@@ -13,7 +13,7 @@ table ``Accounts``), then:
   plain append of the landed rows, as the changelog takes them; one bare MERGE of as many keys into a
   copy of the mirror, same size and layout, its source already computed; a one-row manifest append).
 
-A maintenance pass (what the schedule runs, keeping 5 cuts) runs before every ``--maintain-every``-th
+A maintenance pass (what the schedule runs, keeping the latest cut) runs before every ``--maintain-every``-th
 growth cut and prints its seconds, jobs and files before -> after.
 
 Prints ``name: value`` lines. Spark is local[2] in this process (job and input-record counts come
@@ -201,9 +201,9 @@ class Floor:
 
 
 def maintenance(bench: Bench, lake: Lake, name: str) -> None:
-    """One maintenance pass (what the schedule runs), keeping the last 5 cuts."""
+    """One maintenance pass (what the schedule runs), keeping the latest cut."""
     results = []
-    seconds, jobs, _ = bench.meter.measure(lambda: results.append(maintain(lake, kept_cuts=5, margin_seconds=0)))
+    seconds, jobs, _ = bench.meter.measure(lambda: results.append(maintain(lake, kept_seconds=0, margin_seconds=0)))
     print(
         f"{name}: {seconds:.2f} s, {jobs} jobs, files {results[0].files_before} -> {results[0].files_after}, "
         f"{results[0].cuts_dropped} cuts dropped",

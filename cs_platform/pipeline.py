@@ -12,9 +12,11 @@ some tables at the latest cut.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.connection import SpannerTarget
@@ -93,15 +95,59 @@ def take_snapshot(
         transaction.close()
 
 
-def advance_lake(lake: Lake, landing: LandingStore, store: PartitionMetadataStore, target: SpannerTarget, stream: str) -> LakeAdvance | None:
-    """One consistent cut at the stream's cut, after the snapshot at the stream's start if the
-    lake has no cut yet; None before the stream has partitions."""
-    position = stream_position(store)  # first the watermark, then the files
+def advance_lake(
+    lake: Lake, landing: LandingStore, store: PartitionMetadataStore, target: SpannerTarget, stream: str, position: StreamPosition | None = None
+) -> LakeAdvance | None:
+    """One consistent cut at the stream's cut (``position``, read now if not given), after the
+    snapshot at the stream's start if the lake has no cut yet; None before the stream has partitions."""
+    position = position or stream_position(store)  # first the watermark, then the files
     if position is None:
         return None
     ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
     snapshot = start_from_snapshot(lake, target, stream, store) if lake.last_published() is None else None
     return LakeAdvance(position, ingested, lake.apply_cut(position.cut), snapshot)
+
+
+@dataclass(frozen=True)
+class TakenCut:
+    advance: LakeAdvance
+    last: bool  # the run's last cut: nothing follows it
+
+
+def keep_cutting(
+    lake: Lake,
+    landing: LandingStore,
+    store: PartitionMetadataStore,
+    target: SpannerTarget,
+    stream: str,
+    seconds: float,
+    interval_seconds: float,
+    stop: threading.Event | None = None,
+) -> Iterator[TakenCut]:
+    """Cut the lake whenever the stream's low watermark moved, at most every ``interval_seconds``,
+    for ``seconds`` (``math.inf``: until ``stop`` is set); what a lake run does with one Spark session.
+
+    The first cut is taken at once, and the last at the end whether or not the watermark moved
+    (then it is "already applied", a no-op), so a run always starts and ends on a cut that says
+    where the lake stands; ``seconds=0`` is that one cut. A finished stream whose end is applied
+    ends it early: nothing can come after. Nothing is yielded while the stream has no partitions.
+    Each cut is ``advance_lake``, so every invariant of a single cut holds for each of them."""
+    stop = stop or threading.Event()
+    deadline = time.monotonic() + seconds
+    applied: datetime | None = None
+    while True:
+        started = time.monotonic()
+        last = stop.is_set() or started + interval_seconds >= deadline
+        position = stream_position(store)
+        if position is not None and position.finished and position.cut == applied:
+            last = True
+        if position is not None and (last or position.cut != applied):
+            advance = advance_lake(lake, landing, store, target, stream, position)
+            yield TakenCut(advance, last)
+            applied = advance.cut
+        if last:
+            return
+        stop.wait(max(0.0, min(started + interval_seconds, deadline) - time.monotonic()))
 
 
 @dataclass(frozen=True)

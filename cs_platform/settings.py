@@ -36,6 +36,13 @@ def _number(text: str) -> float:
     return float(text)
 
 
+def _positive(text: str) -> float:
+    seconds = float(text)
+    if not seconds > 0:
+        raise ValueError("not above 0")
+    return seconds
+
+
 def _timestamp(text: str) -> datetime:
     return parse_timestamp(text)
 
@@ -63,6 +70,7 @@ def _choice(*choices: str) -> Callable[[str], str]:
 _EXPECTS = {
     _integer: "a whole number, e.g. 2000",
     _number: "a number of seconds, e.g. 60 or 0.5",
+    _positive: "a number of seconds above 0, e.g. 5 or 0.5",
     _timestamp: "an RFC 3339 timestamp, e.g. 2026-01-31T12:00:00Z",
     _names: "comma-separated names",
     _cron: "a cron schedule, e.g. 17 * * * * (hourly at :17)",
@@ -109,8 +117,10 @@ SETTINGS = {
         Setting("STORAGE_EMULATOR_HOST", str, None, "http://host:port of a GCS emulator for gs:// roots; unset for Cloud Storage (ADC)"),
         Setting("CS_PLATFORM_SPARK_MASTER", str, "local[*]", "Spark master of the lake runs' driver: local[*], or a cluster (spark://host:port, make stack starts one)"),
         Setting("CS_PLATFORM_SPARK_REMOTE", str, None, "sc://host:port of a Spark Connect server with Delta (make dev starts one): lake runs start no JVM"),
-        Setting("CS_PLATFORM_LAKE_INTERVAL_SECONDS", _integer, "30", "seconds between lake sensor ticks (>= 10): a cut when the low watermark moved"),
-        Setting("CS_PLATFORM_LAKE_KEPT_CUTS", _integer, "1000", "consistent cuts kept readable (mirrors_at_cut); maintenance drops older ones and the files only they needed", "kept_cuts"),
+        Setting("CS_PLATFORM_LAKE_INTERVAL_SECONDS", _integer, "10", "seconds between lake sensor ticks (>= 10): a lake run is launched when none is in flight and the low watermark moved"),
+        Setting("CS_PLATFORM_CUT_INTERVAL_SECONDS", _positive, "5", "a lake run applies a cut at most this often, whenever the low watermark moved", "cut_interval_seconds"),
+        Setting("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS", _number, "600", "how long one sensor-launched lake run keeps cutting with its Spark session before it ends and the lake sensor launches the next (a materialization from the UI or a backfill takes one cut)", "lake_soft_timeout_seconds"),
+        Setting("CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS", _number, "86400", "consistent cuts this recent (before the latest cut) stay readable (mirrors_at_cut); maintenance drops older ones and the files and Delta log only they needed", "kept_cuts_seconds"),
         Setting("CS_PLATFORM_LAKE_MAINTENANCE_CRON", _cron, "17 * * * *", "when lake maintenance runs (compaction, purge of deletion vectors, VACUUM)"),
         Setting("CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS", _number, "3600", "VACUUM spares files removed this long before the oldest kept cut, and any younger file: keep it above the longest lake run", "vacuum_margin_seconds"),
         Setting("CS_PLATFORM_CLEANUP_CRON", _cron, "43 * * * *", "when cleanup runs (finished partitions and their keys, old reader runs, ingested landing files)"),

@@ -221,15 +221,21 @@ class StreamSetup:
         }.items():
             self.monkeypatch.setenv(name, value)
 
-    def read_short_window(self, instance, seconds: float = 15) -> tuple[BankWorkload, datetime]:
-        """Commit transfers for ``seconds`` while the sensor loop reads the stream to its end."""
+    def read_short_window(
+        self, instance, seconds: float = 15, alongside: Callable[[], object] | None = None
+    ) -> tuple[BankWorkload, datetime]:
+        """Commit transfers for ``seconds`` while the sensor loop reads the stream to its end, and
+        ``alongside`` (if given) runs in a thread from the start, joined at the end."""
         end = utc_now() + timedelta(seconds=seconds)
         self.configure(end - timedelta(seconds=seconds), end)
         workload = BankWorkload(self.bank, seed=next(_names))  # new accounts each call: ids never collide
-        writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=4), 30), daemon=True)
-        writer.start()
+        threads = [threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=4), 30), daemon=True)]
+        threads += [threading.Thread(target=alongside, daemon=True)] if alongside else []
+        for thread in threads:
+            thread.start()
         self.read_until_finished(instance, timeout_s=seconds + 120)
-        writer.join()
+        for thread in threads:
+            thread.join()
         return workload, end
 
     def start_open_stream(self, stale_run_s: float = 20) -> tuple[BankWorkload, threading.Thread, threading.Event]:

@@ -1,24 +1,37 @@
 """The lake of one change stream in Dagster: changelog (bronze) and mirrors (+ manifest), one step.
 
-Thin: a cut is ``cs_platform.pipeline.advance_lake`` (read the cut, ingest, apply), the same call
-``make demo`` and the tests make. Both assets come from that one step, because the cut must be read
-*before* the landing files are listed (DESIGN invariant 2). The lake sensor requests the step
-whenever the stream's low watermark has moved, at most one lake run per stream at a time.
+Thin: a lake run is ``cs_platform.pipeline.keep_cutting`` and each of its cuts
+``pipeline.advance_lake`` (read the cut, ingest, apply), the calls ``make demo`` and the tests make.
+Both assets come from that one step, because the cut must be read *before* the landing files are
+listed (DESIGN invariant 2). The lake sensor launches a run whenever none is in flight and the low
+watermark has moved, at most one lake run per stream at a time; that run keeps its Spark session and
+cuts whenever the watermark moves, at most every CS_PLATFORM_CUT_INTERVAL_SECONDS, for
+CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS. A materialization from the UI or a backfill takes one cut.
+
+Several cuts in one step: a step yields each of its outputs (``MaterializeResult``, and an
+``AssetCheckResult`` per check spec) once, so every cut but the run's last is recorded with
+``context.log_event`` as an ``AssetMaterialization`` of both assets and an ``AssetCheckEvaluation``
+per check, the moment it is applied; the last cut is the step's outputs. The UI shows each cut as a
+materialization with its own metadata, and the checks' latest evaluation is the latest cut's. The
+blocking completeness check stops the run on the cut that fails it: nothing is applied past it.
 
 PySpark and the lake's modules are imported inside the step, not here: every run loads this code
 location, and a reader run must not pay for them (``defs.resources.SparkResource``).
 """
 
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from dagster import (
+    AssetCheckEvaluation,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetCheckSpec,
     AssetExecutionContext,
     AssetKey,
+    AssetMaterialization,
     AssetSpec,
     DagsterRunStatus,
     DefaultSensorStatus,
@@ -47,10 +60,15 @@ from cs_platform.stream_state import StreamPosition, stream_cut
 
 if TYPE_CHECKING:
     from cs_platform.lake.cuts import Lake
+    from cs_platform.pipeline import LakeAdvance
     from cs_platform.lake.snapshot import SnapshotResult
 
 LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per stream (tag concurrency limit)
+# Set by the lake sensor: the run keeps cutting for CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS. Without it
+# (a materialization from the UI, a backfill) a lake run takes one cut.
+KEEP_CUTTING_TAG = "cs_platform/keep_cutting"
 SAMPLE_KEYS = 100
+BLOCKING_CHECK = "complete_transactions_below_low_watermark"  # a failure stops the run: nothing is published past it
 
 CHECKS = {
     "complete_transactions_below_low_watermark": (
@@ -101,7 +119,8 @@ def lake_definitions(
     ``bounded`` stream (an end timestamp is set) finishes, and then its mirrors are final: a policy
     that only counts time since the last materialization would call it late forever after. Its
     lateness is the ``watermark_lag`` check's, which tells a live stream from a finished one."""
-    changelog_key, mirrors_key = AssetKey([slug, "changelog"]), AssetKey([slug, "mirrors"])
+    assets = LakeAssets(stream, AssetKey([slug, "changelog"]), AssetKey([slug, "mirrors"]), rebuilds)
+    changelog_key, mirrors_key = assets.changelog, assets.mirrors
     group = f"{slug}_lake"
 
     @multi_asset(
@@ -132,21 +151,32 @@ def lake_definitions(
             ),
         ],
         check_specs=[
-            AssetCheckSpec(name, asset=mirrors_key, description=text, blocking=name == "complete_transactions_below_low_watermark")
+            AssetCheckSpec(name, asset=mirrors_key, description=text, blocking=name == BLOCKING_CHECK)
             for name, text in CHECKS.items()
         ],
         required_resource_keys={"pyspark", "lake", "landing", resource_key},
     )
     def lake_step(context: AssetExecutionContext):
         from cs_platform.lake.cuts import IncompleteTransactionsError, UntypedValueError
-        from cs_platform.pipeline import advance_lake
+        from cs_platform.pipeline import keep_cutting
 
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         settings: LakeResource = context.resources.lake
         lake = settings.lake(context.resources.pyspark.spark_session, stream)
-        store = change_stream.metadata_store()
+        seconds = settings.lake_soft_timeout_seconds if context.run.tags.get(KEEP_CUTTING_TAG) else 0.0
+        store, target = change_stream.metadata_store(), change_stream.spanner.target()
+        taken = 0
         try:
-            advance = advance_lake(lake, context.resources.landing.store(), store, change_stream.spanner.target(), stream)
+            for taken, cut in enumerate(
+                keep_cutting(lake, context.resources.landing.store(), store, target, stream, seconds, settings.cut_interval_seconds), start=1
+            ):
+                report = assets.report(cut.advance, lake, change_stream, settings.max_lag_seconds, cut.last)
+                if cut.last:  # the step's outputs: the run ends on this cut
+                    yield from report
+                else:  # recorded as soon as it is applied, so the UI shows each cut of a live run
+                    for result in report:
+                        context.log_event(assets.as_event(result))
+                context.log.info(describe(cut.advance, taken))
         except IncompleteTransactionsError as e:
             yield _check("complete_transactions_below_low_watermark", False, {"incomplete": e.count, "sample": str(e.missing)})
             raise Failure(description=str(e), allow_retries=False) from e
@@ -154,59 +184,19 @@ def lake_definitions(
             yield _check("complete_transactions_below_low_watermark", True, {"incomplete": 0})
             yield _check("typed_values", False, {"untyped_values": len(e.values), "first": "; ".join(v.describe() for v in e.values[:5])})
             raise Failure(description=str(e), allow_retries=False) from e
-        if advance is None:
+        if not taken:
             raise Failure(description=f"stream {stream} has no partitions yet: turn on its partition sensor first")
-        cut, result = advance.cut, advance.result
-        yield MaterializeResult(
-            asset_key=changelog_key,
-            metadata={
-                "new_files": advance.ingested.files,
-                "new_rows": advance.ingested.rows_added,
-                "rows_read": advance.ingested.rows_read,
-                "duplicates_dropped": advance.ingested.duplicates,
-            },
-        )
-        lag = 0.0 if advance.position.finished else round((utc_now() - cut).total_seconds(), 1)
-        yield _check("complete_transactions_below_low_watermark", True, {"incomplete": 0})
-        quarantined = lake.quarantine.transactions()
-        yield _check(
-            "typed_values",
-            not quarantined,
-            {
-                "quarantined_transactions": len(quarantined),
-                "set_aside_by_this_cut": len({v.transaction for v in result.quarantined}),
-                "first": "; ".join(f"{q['server_transaction_id']}: {q['reason']}" for q in quarantined[:5]) or "none",
-            },
-        )
-        yield lag_check(advance.position, lag, settings.max_lag_seconds)
-        yield retention_check(watch_retention(store.unfinished(), change_stream.retention_period, utc_now()), stream)
-        yield mirrors_match_source(lake, change_stream.source_database(), stream, rebuilds)
-        context.log.info(
-            f"cut {cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
-            f"{result.transactions} transactions, {result.mods} mods, versions {result.versions}"
-        )
-        yield MaterializeResult(
-            asset_key=mirrors_key,
-            metadata={
-                "cut": MetadataValue.timestamp(cut),
-                "applied": result.applied,
-                "previous_cut": MetadataValue.timestamp(result.previous) if result.previous else "none",
-                "transactions": result.transactions,
-                "mods": result.mods,
-                "quarantined_transactions": len({v.transaction for v in result.quarantined}),
-                "mirror_versions": MetadataValue.json(result.versions),
-                "lag_seconds": lag,
-                "stream_finished": advance.position.finished,
-                **snapshot_metadata(advance.snapshot),
-            },
-        )
 
     job = define_asset_job(
         f"{slug}_lake",
         selection=[changelog_key, mirrors_key],
         executor_def=in_process_executor,  # one step: a step subprocess would only add its start-up
         tags={LAKE_TAG: stream},
-        description=f"One consistent cut of stream {stream}: ingest landing files, apply complete transactions up to the low watermark.",
+        description=(
+            f"Consistent cuts of stream {stream}: ingest landing files, apply complete transactions up to the low "
+            "watermark. Launched by the lake sensor it keeps cutting for CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS; "
+            "from the UI or a backfill it takes one cut."
+        ),
     )
 
     @sensor(
@@ -216,8 +206,8 @@ def lake_definitions(
         required_resource_keys={resource_key},
         default_status=DefaultSensorStatus.RUNNING,
         description=(
-            f"Requests a lake run (one consistent cut) of {stream} whenever its low watermark has moved "
-            "since the last requested cut, never while another lake run of the stream is in flight; "
+            f"Launches a lake run of {stream} (it keeps cutting for CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS) whenever "
+            "its low watermark has moved since the last requested run, never while another lake run of the stream is in flight; "
             "retries a failed cut after a pause. Keeps one mirror_rebuild partition per watched table."
         ),
     )
@@ -247,6 +237,7 @@ def plan_lake_run(context: SensorEvaluationContext, job_name: str, stream: str, 
     )
     if in_flight:
         return SkipReason(f"lake run {in_flight[0].dagster_run.run_id} of {stream} is in flight")
+    tags = {LAKE_TAG: stream, KEEP_CUTTING_TAG: "true"}
     last = context.instance.get_run_records(RunsFilter(job_name=job_name, tags={LAKE_TAG: stream}), limit=1)
     requested = datetime.fromisoformat(context.cursor) if context.cursor else None
     if requested is not None and cut <= requested:
@@ -254,8 +245,91 @@ def plan_lake_run(context: SensorEvaluationContext, job_name: str, stream: str, 
         pause = max(60, 4 * interval_seconds)
         if not failed or (last[0].end_time or 0) > time.time() - pause:
             return SkipReason(f"the low watermark of {stream} is still {cut.isoformat()}, the last requested cut")
-        return RunRequest(run_key=f"cut-{cut.isoformat()}-retry-{int(time.time())}", tags={LAKE_TAG: stream})
-    return RunRequest(run_key=f"cut-{cut.isoformat()}", tags={LAKE_TAG: stream})
+        return RunRequest(run_key=f"cut-{cut.isoformat()}-retry-{int(time.time())}", tags=tags)
+    return RunRequest(run_key=f"cut-{cut.isoformat()}", tags=tags)
+
+
+@dataclass(frozen=True)
+class LakeAssets:
+    """The assets one lake step materializes, and how it reports a cut to Dagster."""
+
+    stream: str
+    changelog: AssetKey
+    mirrors: AssetKey
+    rebuilds: AssetKey
+
+    def report(self, advance: "LakeAdvance", lake: "Lake", change_stream: ChangeStreamResource, max_lag_seconds: float, last: bool) -> list:
+        """One cut as Dagster results: the changelog's materialization, the checks, the mirrors'
+        materialization. ``mirrors_match_source`` reads every watched table's row count from
+        Spanner, so it runs on a run's last cut only (each lake run, and each materialization from
+        the UI, ends on one); the other checks run on every cut."""
+        cut, result = advance.cut, advance.result
+        lag = 0.0 if advance.position.finished else round((utc_now() - cut).total_seconds(), 1)
+        quarantined = lake.quarantine.transactions()
+        checks = [
+            _check("complete_transactions_below_low_watermark", True, {"incomplete": 0}),
+            _check(
+                "typed_values",
+                not quarantined,
+                {
+                    "quarantined_transactions": len(quarantined),
+                    "set_aside_by_this_cut": len({v.transaction for v in result.quarantined}),
+                    "first": "; ".join(f"{q['server_transaction_id']}: {q['reason']}" for q in quarantined[:5]) or "none",
+                },
+            ),
+            lag_check(advance.position, lag, max_lag_seconds),
+            retention_check(watch_retention(change_stream.metadata_store().unfinished(), change_stream.retention_period, utc_now()), self.stream),
+        ]
+        if last:
+            checks.append(mirrors_match_source(lake, change_stream.source_database(), self.stream, self.rebuilds))
+        changelog = MaterializeResult(
+            asset_key=self.changelog,
+            metadata={
+                "new_files": advance.ingested.files,
+                "new_rows": advance.ingested.rows_added,
+                "rows_read": advance.ingested.rows_read,
+                "duplicates_dropped": advance.ingested.duplicates,
+            },
+        )
+        mirrors = MaterializeResult(
+            asset_key=self.mirrors,
+            metadata={
+                "cut": MetadataValue.timestamp(cut),
+                "applied": result.applied,
+                "previous_cut": MetadataValue.timestamp(result.previous) if result.previous else "none",
+                "transactions": result.transactions,
+                "mods": result.mods,
+                "quarantined_transactions": len({v.transaction for v in result.quarantined}),
+                "mirror_versions": MetadataValue.json(result.versions),
+                "lag_seconds": lag,
+                "stream_finished": advance.position.finished,
+                **snapshot_metadata(advance.snapshot),
+            },
+        )
+        return [changelog, *checks, mirrors]
+
+    def as_event(self, result: MaterializeResult | AssetCheckResult) -> AssetMaterialization | AssetCheckEvaluation:
+        """A result as the event Dagster records for it, for a cut that is not the step's output:
+        a step yields each output once, but logs any number of materializations and check evaluations."""
+        if isinstance(result, MaterializeResult):
+            return AssetMaterialization(asset_key=result.asset_key, metadata=result.metadata)
+        return AssetCheckEvaluation(
+            asset_key=self.mirrors,
+            check_name=result.check_name,
+            passed=result.passed,
+            metadata=result.metadata,
+            severity=result.severity,
+            description=result.description,
+            blocking=result.check_name == BLOCKING_CHECK,
+        )
+
+
+def describe(advance: "LakeAdvance", number: int) -> str:
+    result = advance.result
+    return (
+        f"cut {number} at {advance.cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
+        f"{result.transactions} transactions, {result.mods} mods, versions {result.versions}"
+    )
 
 
 def lag_check(position: StreamPosition, lag: float, max_lag_seconds: float) -> AssetCheckResult:

@@ -34,7 +34,7 @@ def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, 
         kinds={"spark", "delta"},
         required_resource_keys={"pyspark", "lake"},
         description=(
-            f"Keeps the lake of {stream} small: drops cuts beyond CS_PLATFORM_LAKE_KEPT_CUTS from the manifest, "
+            f"Keeps the lake of {stream} small: drops cuts older than CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS (before the latest cut) from the manifest, "
             "purges the mirrors' deletion vectors, compacts (and clusters) every table, and VACUUMs files no "
             "kept cut needs. Every kept cut stays readable with Lake.mirrors_at_cut."
         ),
@@ -44,7 +44,7 @@ def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, 
 
         settings: LakeResource = context.resources.lake
         lake = settings.lake(context.resources.pyspark.spark_session, stream)
-        result = maintain(lake, settings.kept_cuts, settings.vacuum_margin_seconds)
+        result = maintain(lake, settings.kept_cuts_seconds, settings.vacuum_margin_seconds)
         context.log.info(
             f"kept {result.kept_cuts} cuts (dropped {result.cuts_dropped}); files {result.files_before} -> {result.files_after}"
         )

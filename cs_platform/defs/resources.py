@@ -181,7 +181,9 @@ class LakeResource(ConfigurableResource):
     root: str
     max_lag_seconds: float = 600.0  # the lake is late beyond this (watermark_lag check, freshness policy)
     untyped_values: str = "fail"  # or "quarantine": see cs_platform.lake.quarantine
-    kept_cuts: int = 1000  # cuts kept readable; maintenance drops older ones (cs_platform.lake.maintenance)
+    kept_cuts_seconds: float = 86400.0  # cuts this recent stay readable; maintenance drops older ones (cs_platform.lake.maintenance)
+    cut_interval_seconds: float = 5.0  # a lake run cuts at most this often (pipeline.keep_cutting)
+    lake_soft_timeout_seconds: float = 600.0  # how long a sensor-launched lake run keeps cutting
     vacuum_margin_seconds: float = 3600.0  # VACUUM spares files removed this long before the oldest kept cut
 
     def stream_root(self, stream: str) -> str:
@@ -317,7 +319,9 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             root=lake_root,
             max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
             untyped_values=settings.value(environ, "CS_PLATFORM_UNTYPED_VALUES"),
-            kept_cuts=settings.value(environ, "CS_PLATFORM_LAKE_KEPT_CUTS"),
+            kept_cuts_seconds=settings.value(environ, "CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS"),
+            cut_interval_seconds=settings.value(environ, "CS_PLATFORM_CUT_INTERVAL_SECONDS"),
+            lake_soft_timeout_seconds=settings.value(environ, "CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS"),
             vacuum_margin_seconds=settings.value(environ, "CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS"),
         ),
         "retention": RetentionResource(

@@ -1,9 +1,10 @@
-"""Consistent cuts on a timer while a stream is being read, for the demo and tests: each one is
-``pipeline.advance_lake``, exactly what the lake asset runs on each materialization."""
+"""A lake run in a thread while a stream is being read, for the demo and tests: it is
+``pipeline.keep_cutting``, exactly what the lake asset runs in a sensor-launched lake run."""
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 
 from cs_platform.changestream.connection import SpannerTarget
@@ -11,7 +12,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.lake.cuts import CutResult, Lake
 from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import advance_lake
+from cs_platform.pipeline import keep_cutting
 
 log = logging.getLogger(__name__)
 
@@ -28,34 +29,25 @@ class Cutter:
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="cutter", daemon=True)
 
-    def cut_now(self) -> CutResult | None:
-        advance = advance_lake(self.lake, self.landing, self.store, self.target, self.stream)
-        if advance is None:
-            return None
-        if advance.snapshot is not None:
-            self.snapshot = advance.snapshot
-        if advance.result.applied:
-            self.results.append(advance.result)
-            log.info("cut %s: %d transactions, %d mods", advance.cut.isoformat(), advance.result.transactions, advance.result.mods)
-        return advance.result
-
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.cut_now()
-            except BaseException as e:  # re-raised by stop(): a failed cut must not pass silently
-                self._error = e
-                return
-            self._stop.wait(self.interval_s)
+        try:
+            for taken in keep_cutting(self.lake, self.landing, self.store, self.target, self.stream, math.inf, self.interval_s, self._stop):
+                advance = taken.advance
+                self.snapshot = advance.snapshot or self.snapshot
+                if advance.result.applied:
+                    self.results.append(advance.result)
+                    log.info("cut %s: %d transactions, %d mods", advance.cut.isoformat(), advance.result.transactions, advance.result.mods)
+        except BaseException as e:  # re-raised by stop(): a failed cut must not pass silently
+            self._error = e
 
     def start(self) -> "Cutter":
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        """Stop, re-raise a failure of the background cuts, then cut once more."""
+        """Stop after one more cut (none if the stream's end is already applied), and re-raise a
+        failure of the cuts."""
         self._stop.set()
         self._thread.join()
         if self._error:
             raise self._error
-        self.cut_now()

@@ -306,7 +306,7 @@ class Lake:
         if not rows:
             raise KeyError(
                 f"no cut at {cut} in {self.manifest_path}: not a cut, or older than the cuts lake maintenance "
-                "keeps (CS_PLATFORM_LAKE_KEPT_CUTS; Lake.cuts() lists the kept ones)"
+                "keeps (CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS; Lake.cuts() lists the kept ones)"
             )
         return rows
 

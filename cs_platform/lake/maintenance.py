@@ -3,13 +3,18 @@
 Every cut adds small files: one or more per MERGE on the changelog and on each touched mirror, one
 per manifest append, and deletion vectors on the mirrors. A maintenance pass bounds them:
 
-1. the manifest keeps its last ``kept_cuts`` cuts; older cuts are deleted from it, so nobody opens
-   them once their files are gone (``Lake.mirrors_at_cut`` then says the cut is no longer kept);
+1. the manifest keeps the cuts of the last ``kept_seconds`` before its latest cut (the latest always);
+   older cuts are deleted from it, so nobody opens them once their files are gone
+   (``Lake.mirrors_at_cut`` then says the cut is no longer kept). A window of time, not a count: a
+   lake run cuts every few seconds while the stream is busy and rarely while it is idle, so a count
+   would keep minutes of history one day and weeks the next;
 2. each mirror's deletion vectors are purged (``REORG ... APPLY (PURGE)``), then every table is
    compacted (``OPTIMIZE``; clustered tables are clustered by it; the changelog in small row
    groups, which a cut's commit-range scan skips);
 3. ``VACUUM`` deletes the files no version within the table's retention references (its
-   ``delta.deletedFileRetentionDuration``, set by each pass).
+   ``delta.deletedFileRetentionDuration``, set by each pass); the Delta log keeps the same horizon
+   (``delta.logRetentionDuration``, 30 days by default), so a table that takes a version every few
+   seconds does not keep a month of commit files.
 
 Retention is per table. A kept cut opens each mirror at the version the manifest recorded. A file
 of that version is removed, if ever, by a later commit, and lake writers are serialized (one lake
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -33,9 +38,9 @@ from cs_platform.lake.cuts import Lake
 from cs_platform.lake.delta import DeltaPath, quoted, session_conf, sql_string
 from cs_platform.lake.types import sql_timestamp, utc
 
-KEPT_CUTS_SETTING = "CS_PLATFORM_LAKE_KEPT_CUTS"
+KEPT_CUTS_SETTING = "CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS"
 MARGIN_SETTING = "CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS"
-_RETENTION = "delta.deletedFileRetentionDuration"
+_RETENTIONS = ("delta.deletedFileRetentionDuration", "delta.logRetentionDuration")
 # VACUUM lists a table's directory with this many tasks; Spark's default (10,000) costs 30 s of
 # scheduling on 2 cores, and a lake table is one directory (no partitions) anyway.
 _LISTING_TASKS = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
@@ -75,14 +80,14 @@ class MaintenanceResult:
         return sum(t.files_after for t in self.tables)
 
 
-def maintain(lake: Lake, kept_cuts: int, margin_seconds: float) -> MaintenanceResult:
+def maintain(lake: Lake, kept_seconds: float, margin_seconds: float) -> MaintenanceResult:
     """One maintenance pass over ``lake`` (module docstring). Run it while no lake run of the
     stream is in flight (the Dagster job shares the lake runs' concurrency tag)."""
-    if kept_cuts < 1:
-        raise ValueError(f"{KEPT_CUTS_SETTING}={kept_cuts}: keep at least 1 cut (the latest)")
+    if kept_seconds < 0:
+        raise ValueError(f"{KEPT_CUTS_SETTING}={kept_seconds:g}: cannot be negative (0 keeps the latest cut only)")
     if margin_seconds < 0:
         raise ValueError(f"{MARGIN_SETTING}={margin_seconds}: the VACUUM margin cannot be negative")
-    cuts, dropped, pinned = _expire_cuts(lake, kept_cuts)
+    cuts, dropped, pinned = _expire_cuts(lake, kept_seconds)
     tables = [(name, table, None) for name, table in (("changelog", lake.changelog.delta), ("quarantine", lake.quarantine.delta))]
     tables += [(f"mirrors/{name}", lake.mirror(name), version) for name, version in sorted(pinned.items())]
     tables.append(("manifest", lake.manifest, None))
@@ -91,14 +96,17 @@ def maintain(lake: Lake, kept_cuts: int, margin_seconds: float) -> MaintenanceRe
     return MaintenanceResult(len(cuts), cuts[0] if cuts else None, dropped, done)
 
 
-def _expire_cuts(lake: Lake, kept_cuts: int) -> tuple[list[datetime], int, dict[str, int]]:
-    """Delete all but the last ``kept_cuts`` cuts from the manifest; returns the kept cuts (oldest
-    first), how many were dropped, and per mirror the oldest version a kept cut opens."""
+def _expire_cuts(lake: Lake, kept_seconds: float) -> tuple[list[datetime], int, dict[str, int]]:
+    """Delete the cuts older than ``kept_seconds`` before the latest from the manifest; returns the
+    kept cuts (oldest first), how many were dropped, and per mirror the oldest version a kept cut opens."""
     if not lake.manifest.exists():
         return [], 0, {}
     rows = lake.manifest.read(lake.spark).select("cut_timestamp", "table_name", "mirror_version").collect()
     cuts = sorted({utc(r.cut_timestamp) for r in rows})
-    kept, dropped = cuts[-kept_cuts:], len(cuts) - min(kept_cuts, len(cuts))
+    if not cuts:
+        return [], 0, {}
+    kept = [c for c in cuts if c >= cuts[-1] - timedelta(seconds=kept_seconds)]
+    dropped = len(cuts) - len(kept)
     if dropped:
         lake.spark.sql(f"DELETE FROM delta.{quoted(lake.manifest.uri)} WHERE {quoted('cut_timestamp')} < {sql_timestamp(kept[0])}")
     pinned: dict[str, int] = {}
@@ -120,7 +128,8 @@ def _maintain_table(spark: SparkSession, name: str, table: DeltaPath, pinned: in
     # The table's own retention, exact to the second (VACUUM's RETAIN counts whole hours only), so
     # VACUUM and the tombstones kept in checkpoints agree on one horizon.
     interval = sql_string(f"interval {math.ceil(retention) + 1} seconds")
-    spark.sql(f"ALTER TABLE delta.{quoted(table.uri)} SET TBLPROPERTIES ({sql_string(_RETENTION)} = {interval})")
+    properties = ", ".join(f"{sql_string(p)} = {interval}" for p in _RETENTIONS)
+    spark.sql(f"ALTER TABLE delta.{quoted(table.uri)} SET TBLPROPERTIES ({properties})")
     spark.sql(f"VACUUM delta.{quoted(table.uri)}")
     files_after, bytes_after = _size(spark, table)
     return TableMaintenance(name, files_before, files_after, bytes_before, bytes_after, round(retention / 3600, 4), pinned)

@@ -5,13 +5,16 @@ cut readable, so materializing again is a no-op cut whose checks still pass."""
 
 from datetime import timedelta
 
-from dagster import AssetKey, materialize
+from dagster import AssetKey, DagsterEventType, materialize
 
 from cs_platform.changestream.metadata import utc_now
-
 from cs_platform.definitions import build_definitions
 from cs_platform.defs import lake_assets
 from cs_platform.defs.lake_assets import CHECKS
+from cs_platform.dev.oracle import check_bank_cut
+from cs_platform.lake.cuts import Lake
+
+MIRRORS = AssetKey(["bank_stream", "mirrors"])
 
 
 def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
@@ -49,3 +52,51 @@ def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, d
     assert set(first["snapshot_rows"].value) == {"Accounts", "Transfers", "AuditEvents"} and "snapshot_rows" not in second
     changelog = next(m for m in results[0].asset_materializations_for_node("bank_stream_cut") if m.asset_key == AssetKey(["bank_stream", "changelog"]))
     assert changelog.metadata["new_rows"].value > 0 and changelog.metadata["duplicates_dropped"].value == 0
+
+
+def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stream, dagster_instance, spark, monkeypatch):
+    """What the lake sensor launches: one run, one Spark session, a cut whenever the low watermark
+    moved while the stream is read. Each applied cut is a materialization of both assets, with its
+    checks evaluated, the moment it is applied; the run ends on its last cut once the finished
+    stream's end is applied, and every cut it published is a consistent cut of the bank."""
+    monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "1")
+    monkeypatch.setenv("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS", "240")  # a bound: the run ends once the stream's end is applied
+    runs = []
+
+    def lake_run() -> None:
+        defs = build_definitions()
+        cut_step = [a for a in defs.assets if MIRRORS in a.keys]
+        tags = {lake_assets.LAKE_TAG: "BankStream", lake_assets.KEEP_CUTTING_TAG: "true"}
+        runs.append(materialize(cut_step, resources=defs.resources, instance=dagster_instance, tags=tags, raise_on_error=False))
+
+    workload, end = bank_stream.read_short_window(dagster_instance, seconds=20, alongside=lake_run)
+
+    (run,) = runs
+    assert run.success
+    recorded = [
+        r.asset_materialization.metadata
+        for r in reversed(dagster_instance.fetch_materializations(MIRRORS, limit=1000).records)
+        if r.run_id == run.run_id
+    ]
+    applied = [m["cut"].value for m in recorded if m["applied"].value]
+    lake = Lake(spark, str(bank_stream.landing_root.parent / "lake" / "BankStream"))
+    cuts = lake.cuts()
+    assert len(applied) >= 3, f"one run applied {len(applied)} cuts: {applied}"
+    assert applied == [c.timestamp() for c in cuts[1:]]  # cuts[0] is the snapshot at the start
+    assert cuts[-1] == end and recorded[-1]["stream_finished"].value is True
+    evaluations = [
+        e.asset_check_evaluation
+        for e in dagster_instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    ]
+    by_check = {name: [e for e in evaluations if e.check_name == name] for name in CHECKS}
+    assert all(e.passed for e in evaluations)
+    assert len(by_check["complete_transactions_below_low_watermark"]) == len(recorded)  # every cut's own checks
+    assert len(by_check["mirrors_match_source"]) == 1  # reads the source: on the run's last cut
+    changelog_rows = sum(
+        r.asset_materialization.metadata["new_rows"].value
+        for r in dagster_instance.fetch_materializations(AssetKey(["bank_stream", "changelog"]), limit=1000).records
+        if r.run_id == run.run_id
+    )
+    assert changelog_rows == sum(len(t.mods) for t in workload.committed if t.commit_timestamp <= end) > 0
+    for cut in (cuts[1], cuts[len(cuts) // 2], cuts[-1]):
+        check_bank_cut(lake, bank_stream.bank, cut)

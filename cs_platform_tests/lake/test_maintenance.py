@@ -34,7 +34,7 @@ def test_maintenance_keeps_every_kept_cut_and_deletes_what_only_older_cuts_neede
         advance(i)
     oldest_accounts = lake.last_published().versions["Accounts"] - 1  # the first cut's version
     # A first pass keeps everything; its purge and compaction remove the first cuts' small files.
-    first = maintain(lake, kept_cuts=100, margin_seconds=MARGIN_S)
+    first = maintain(lake, kept_seconds=86400, margin_seconds=MARGIN_S)
     assert first.cuts_dropped == 0 and lake.cuts() == cuts[:2]
     removed_at = time.time()
     for i in range(2, len(cuts)):
@@ -43,7 +43,7 @@ def test_maintenance_keeps_every_kept_cut_and_deletes_what_only_older_cuts_neede
     kept = cuts[3:]
     before = {cut: contents(lake, cut) for cut in kept}
 
-    result = maintain(lake, kept_cuts=len(kept), margin_seconds=MARGIN_S)
+    result = maintain(lake, kept_seconds=(cuts[-1] - kept[0]).total_seconds(), margin_seconds=MARGIN_S)
 
     assert (result.kept_cuts, result.oldest_kept_cut, result.cuts_dropped) == (len(kept), kept[0], len(cuts) - len(kept))
     assert lake.cuts() == kept
