@@ -40,6 +40,8 @@ run_monitoring:
   poll_interval_seconds: 30
 telemetry:
   enabled: false
+nux:
+  enabled: false  # no "Join the Dagster community" dialog over the page a person (or a screenshot) opens
 """
 
 
