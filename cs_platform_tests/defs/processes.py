@@ -9,6 +9,10 @@ was persisted, as the next chunk, read, is about to land), writes MARKER and wai
 (the run checks whether it was given up before landing) and writes MARKER.late if it lands at all.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
+``python -m cs_platform_tests.defs.processes lake CUTS MARKER``: a lake run as the lake sensor
+launches it (it keeps cutting) that, in the cut after it published CUTS, stops dead right after the
+first mirror's MERGE committed, before the other mirrors and the manifest; MARKER holds the mirror's
+URI and that cut.
 
 Both read their configuration from the environment (``cs_platform.definitions``) and use the
 Dagster instance in DAGSTER_HOME, like processes launched by Dagster's run launcher.
@@ -131,10 +135,34 @@ def _crashing_cleanup(step: str, marker: Path) -> None:
         materialize(cleanup, resources=defs.resources, instance=instance)
 
 
+def _crashing_lake_run(after_cuts: int, marker: Path) -> None:
+    from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG, LAKE_TAG
+    from cs_platform.lake import cuts
+    from cs_platform_tests.lake.killed import stopping_after
+
+    applying, published = [], []
+    apply_cut = cuts.Lake.apply_cut
+
+    def counted(self, cut):
+        applying.append(cut)
+        result = apply_cut(self, cut)
+        published.extend([cut] if result.applied else [])
+        return result
+
+    cuts.Lake.apply_cut = counted
+    cuts.apply_changes = stopping_after(cuts.apply_changes, marker, lambda: applying[-1].isoformat() if len(published) >= after_cuts else None)
+    defs = build_definitions()
+    step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
+    with DagsterInstance.get() as instance:
+        materialize(step, resources=defs.resources, instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"})
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "loop":
         _run_until_killed()
     elif sys.argv[1] == "cleanup":
         _crashing_cleanup(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "lake":
+        _crashing_lake_run(int(sys.argv[2]), Path(sys.argv[3]))
     else:
         _crashing_run(sys.argv[2], sys.argv[3], Path(sys.argv[4]))

@@ -8,21 +8,25 @@
   so it never reads beside its re-launch.
 - restart: the sensor loop and its runs are killed mid-stream and started again on the existing
   metadata table with an empty cursor: no re-initialization (Beam #32509), no error, no loss.
+- lake: a long-lived lake run killed between a mirror's commit and the manifest's: the cut it was
+  applying is never published, and the next lake run loses and doubles nothing.
 """
 
 import os
 import signal
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
-from dagster import DagsterRun, DagsterRunStatus, RunsFilter
+from dagster import AssetKey, DagsterRun, DagsterRunStatus, RunsFilter, materialize
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState, utc_now
 from cs_platform.defs.runs import live_runs_by_partition, mark_progress
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.deadline import Deadline, load_per_core
+from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed
 from cs_platform.dev.sensor_loop import SensorLoop, evaluate_sensor
+from cs_platform.lake.cuts import Lake
 from cs_platform_tests.defs.landing_oracle import ASSET, assert_no_loss, reads
 from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
 
@@ -225,3 +229,41 @@ def test_a_run_killed_between_chunks_keeps_what_it_landed_and_loses_nothing(bank
     writer.join()
     result = assert_no_loss(bank_stream.landing_root, workload, bank_stream.store.low_watermark())
     assert result.duplicates == 0  # the re-launched reads began after the killed runs' last chunk
+
+
+def test_a_lake_run_killed_between_a_mirror_commit_and_the_manifest_loses_and_duplicates_nothing(
+    bank_stream, dagster_instance, spark, tmp_path, monkeypatch
+):
+    """A long-lived lake run (as the lake sensor launches it) has published cuts, and is killed in
+    the next one after a mirror committed and before the manifest: readers never see that cut, and
+    the next lake run applies the stream from the last published cut with nothing lost or doubled."""
+    monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "1")
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds())
+    marker = tmp_path / "lake.marker"
+    lake = Lake(spark, str(tmp_path / "lake" / "BankStream"))
+    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
+        victim = spawn("lake", "2", str(marker))
+        loop.run_until(lambda: marker.exists() or victim.poll() is not None, timeout_s=300, drain=False)
+        assert victim.poll() is None, "the lake run ended before its third cut"
+        time.sleep(0.1)  # the marker's two lines are written at once
+        mirror, killed_cut = marker.read_text().splitlines()
+        published = lake.cuts()
+        os.killpg(victim.pid, signal.SIGKILL)  # the Python driver and its Spark JVM
+        assert victim.wait(timeout=30) == -signal.SIGKILL
+        assert len(published) >= 3 and lake.cuts() == published  # the snapshot, then two cuts of the run
+        assert datetime.fromisoformat(killed_cut) > published[-1]  # its cut never reached the manifest,
+        table = mirror.rstrip("/").rsplit("/", 1)[-1]
+        assert lake.mirror(table).version() > lake.last_published().versions[table]  # though a mirror committed it
+        stop.set()
+        loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
+    writer.join()
+
+    defs = build_definitions()
+    step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
+    assert materialize(step, resources=defs.resources, instance=dagster_instance).success  # the next lake run
+    cuts = lake.cuts()
+    assert cuts[:len(published)] == published and cuts[-1] >= workload.committed[-1].commit_timestamp
+    mods, repeated = changelog_mods(lake, cuts[-1])
+    assert repeated == 0 and mods == committed(workload, cuts[-1], published[0])
+    for cut in cuts[len(published) - 1:]:
+        check_bank_cut(lake, bank_stream.bank, cut)

@@ -5,14 +5,17 @@ from pathlib import Path
 from typing import Callable
 
 
-def stopping_after(write: Callable, marker: Path) -> Callable:
+def stopping_after(write: Callable, marker: Path, when: Callable[[], str | None] = lambda: "") -> Callable:
     """``write(spark, mirror, ...)`` that, once it has committed, writes ``marker`` and waits for
-    SIGKILL (the test kills the process group there)."""
+    SIGKILL (the test kills the process group there); only once ``when()`` is not None, and then
+    with what it returned after the mirror's URI."""
 
     def write_then_stop(spark, mirror, *args):
         written = write(spark, mirror, *args)
-        marker.write_text(mirror.uri)
-        time.sleep(3600)
+        found = when()
+        if found is not None:
+            marker.write_text(f"{mirror.uri}\n{found}")
+            time.sleep(3600)
         return written
 
     return write_then_stop
