@@ -9,9 +9,11 @@ Delta log). Prints ``freshness_p50_s`` / ``freshness_p95_s`` per configuration, 
 tuned to default measured in the same run. The hourly maintenance pass is scheduled away from the
 window: it holds lake runs up while it runs (``bench/lake_cost.py`` prices it).
 
-- **default**: the settings' defaults (soft timeout 600 s, landing every 5 s, sensor 5 s, lake
-  sensor 30 s, an in-process Spark driver per lake run);
-- **tuned**: ``TUNED`` below (short reads, fast ticks, lake runs on a warm Spark Connect server);
+- **default**: the settings' defaults (reader runs of 600 s landing every 5 s, sensor 5 s; lake runs
+  of 600 s with an in-process Spark driver, cutting every 5 s when the watermark moved; lake sensor 10 s);
+- **tuned**: ``TUNED`` below, the tuned settings of the batch-shaped product, for comparison: short
+  reads, fast ticks, lake runs on a warm Spark Connect server, and one cut per lake run (what every
+  lake run did before lake runs kept cutting);
 - **oversubscribed**: the defaults with one run slot (``CS_PLATFORM_MAX_PARALLEL_READS=1``) for the
   emulator's two to three live partitions: reads must rotate (``CS_PLATFORM_YIELD_AFTER_SECONDS``).
 
@@ -53,9 +55,10 @@ from cs_platform.lake.cuts import ROOT_SETTING, PublishedCut
 from cs_platform.lake.delta import DeltaPath
 from cs_platform.landing.location import Location
 
-# Short reads (a partition's records land every 5 s), fast ticks, a cut whenever the low watermark
-# moved, lake runs on a warm Spark Connect server.
+# Short reads (a partition's records land every 5 s), fast ticks, a lake run (one cut) whenever the
+# low watermark moved, lake runs on a warm Spark Connect server.
 TUNED = {
+    "CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS": "0",
     "CS_PLATFORM_SOFT_TIMEOUT_SECONDS": "5",
     "CS_PLATFORM_SENSOR_INTERVAL_SECONDS": "2",
     "CS_PLATFORM_LAKE_INTERVAL_SECONDS": "10",
