@@ -158,7 +158,8 @@ def measure(name: str, settings: dict[str, str], connect: bool, window: float, r
     print(f"{name}_commits_measured: {len(lags)} (in {window:.0f} s)")
     print(f"{name}_cuts_published: {len(watcher.seen)}")
     print(f"{name}_reader_runs: {reader_runs}")
-    print(f"{name}_lake_runs: {len(lake_runs)} (median {statistics.median(run_seconds):.1f} s each)")
+    lengths = f", median {statistics.median(run_seconds):.1f} s each" if run_seconds else ""
+    print(f"{name}_lake_runs: {len(lake_runs)} ({len(run_seconds)} ended{lengths})")
     kb_per_run = storage / 1024 / (reader_runs + len(lake_runs))
     print(f"{name}_dagster_storage_kb_per_run: {kb_per_run:.0f} ({storage / 2**20:.1f} MB in all)")
     print(f"{name}_freshness_p50_s: {figures['p50']:.1f}")
