@@ -52,7 +52,7 @@ from dagster import (
 )
 
 from cs_platform.changestream.catalog import watched_tables
-from cs_platform.changestream.metadata import utc_now
+from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, watch_retention
 from cs_platform.changestream.snapshot import SourceSnapshot
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
@@ -170,7 +170,7 @@ def lake_definitions(
             for taken, cut in enumerate(
                 keep_cutting(lake, context.resources.landing.store(), store, target, stream, seconds, settings.cut_interval_seconds), start=1
             ):
-                report = assets.report(cut.advance, lake, change_stream, settings.max_lag_seconds, cut.last)
+                report = assets.report(cut.advance, lake, store, change_stream, settings.max_lag_seconds, cut.last)
                 if cut.last:  # the step's outputs: the run ends on this cut
                     yield from report
                 else:  # recorded as soon as it is applied, so the UI shows each cut of a live run
@@ -258,7 +258,15 @@ class LakeAssets:
     mirrors: AssetKey
     rebuilds: AssetKey
 
-    def report(self, advance: "LakeAdvance", lake: "Lake", change_stream: ChangeStreamResource, max_lag_seconds: float, last: bool) -> list:
+    def report(
+        self,
+        advance: "LakeAdvance",
+        lake: "Lake",
+        store: PartitionMetadataStore,
+        change_stream: ChangeStreamResource,
+        max_lag_seconds: float,
+        last: bool,
+    ) -> list:
         """One cut as Dagster results: the changelog's materialization, the checks, the mirrors'
         materialization. ``mirrors_match_source`` reads every watched table's row count from
         Spanner, so it runs on a run's last cut only (each lake run, and each materialization from
@@ -278,7 +286,7 @@ class LakeAssets:
                 },
             ),
             lag_check(advance.position, lag, max_lag_seconds),
-            retention_check(watch_retention(change_stream.metadata_store().unfinished(), change_stream.retention_period, utc_now()), self.stream),
+            retention_check(watch_retention(store.unfinished(), change_stream.retention_period, utc_now()), self.stream),
         ]
         if last:
             checks.append(mirrors_match_source(lake, change_stream.source_database(), self.stream, self.rebuilds))
