@@ -71,7 +71,7 @@ SAMPLE_KEYS = 100
 BLOCKING_CHECK = "complete_transactions_below_low_watermark"  # a failure stops the run: nothing is published past it
 
 CHECKS = {
-    "complete_transactions_below_low_watermark": (
+    BLOCKING_CHECK: (
         "Every transaction committed up to the cut has all its records in the changelog "
         "(records seen == number_of_records_in_transaction). Blocking: a cut never applies part of a "
         "transaction; a failure means records were lost before landing."
@@ -178,10 +178,10 @@ def lake_definitions(
                         context.log_event(assets.as_event(result))
                 context.log.info(describe(cut.advance, taken))
         except IncompleteTransactionsError as e:
-            yield _check("complete_transactions_below_low_watermark", False, {"incomplete": e.count, "sample": str(e.missing)})
+            yield _check(BLOCKING_CHECK, False, {"incomplete": e.count, "sample": str(e.missing)})
             raise Failure(description=str(e), allow_retries=False) from e
         except UntypedValueError as e:
-            yield _check("complete_transactions_below_low_watermark", True, {"incomplete": 0})
+            yield _check(BLOCKING_CHECK, True, {"incomplete": 0})
             yield _check("typed_values", False, {"untyped_values": len(e.values), "first": "; ".join(v.describe() for v in e.values[:5])})
             raise Failure(description=str(e), allow_retries=False) from e
         if not taken:
@@ -275,7 +275,7 @@ class LakeAssets:
         lag = 0.0 if advance.position.finished else round((utc_now() - cut).total_seconds(), 1)
         quarantined = lake.quarantine.transactions()
         checks = [
-            _check("complete_transactions_below_low_watermark", True, {"incomplete": 0}),
+            _check(BLOCKING_CHECK, True, {"incomplete": 0}),
             _check(
                 "typed_values",
                 not quarantined,
