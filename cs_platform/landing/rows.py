@@ -39,6 +39,18 @@ LANDING_SCHEMA = pa.schema(
 IDENTITY = ("server_transaction_id", "record_sequence", "mod_index")  # one change; the changelog merges on it
 
 
+# A reader run lands a chunk and then holds nothing of it: the system allocator gives that memory
+# back, where pyarrow's default pool (mimalloc) keeps its high-water mark for the run's lifetime.
+LANDING_MEMORY_POOL = pa.system_memory_pool()
+
+# Columns that repeat within a file (one value per transaction, table or partition) are dictionary
+# encoded; the mod values and keys are mostly unique, and a dictionary for them only costs memory.
+DICTIONARY_COLUMNS = [
+    "server_transaction_id", "record_sequence", "table_name", "mod_type", "column_types",
+    "value_capture_type", "transaction_tag", "partition_token",
+]
+
+
 def column_types_json(column_types: tuple[ColumnType, ...]) -> str:
     return json.dumps(
         [
@@ -74,4 +86,7 @@ def batch_to_table(batch: PartitionBatch) -> pa.Table:
             columns["transaction_tag"].append(record.transaction_tag)
             columns["is_system_transaction"].append(record.is_system_transaction)
             columns["partition_token"].append(record.partition_token)
-    return pa.table(columns, schema=LANDING_SCHEMA)
+    pool = LANDING_MEMORY_POOL
+    return pa.Table.from_arrays(
+        [pa.array(columns[f.name], type=f.type, memory_pool=pool) for f in LANDING_SCHEMA], schema=LANDING_SCHEMA
+    )

@@ -69,10 +69,10 @@ def test_empty_batch_lands_nothing(tmp_path):
 def test_a_failed_write_leaves_no_file_behind(tmp_path, monkeypatch):
     store = LandingStore(str(tmp_path))
 
-    def broken(*args, **kwargs):
+    def broken(*args, **kwargs):  # fails after the writer opened the file and wrote its header
         raise OSError("disk full")
 
-    monkeypatch.setattr(pq, "write_table", broken)
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", broken)
     with pytest.raises(OSError, match="disk full"):
         store.write("BankStream", "key", batch(record("00000000", 1)))
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
