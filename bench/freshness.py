@@ -54,9 +54,7 @@ from cs_platform.dev.process_group import stop_process_group
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
-from cs_platform.lake.cuts import ROOT_SETTING, PublishedCut
-from cs_platform.lake.delta import DeltaPath
-from cs_platform.landing.location import Location
+from cs_platform.lake.published import latest_cut, lake_location
 
 # Short reads (a partition's records land every 5 s), fast ticks, a lake run (one cut) whenever the
 # low watermark moved, lake runs on a warm Spark Connect server.
@@ -83,16 +81,16 @@ class CutWatcher:
     """Polls the manifest's last commit and records when each published cut was first seen."""
 
     def __init__(self, lake_root: str) -> None:
-        self.manifest = DeltaPath.under(Location(f"{lake_root}/{STREAM}", ROOT_SETTING), "manifest")
+        self.lake = lake_location(f"{lake_root}/{STREAM}")
         self.seen: list[tuple[float, datetime]] = []  # (epoch seconds, cut)
         self.stop = threading.Event()
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
-            recorded = self.manifest.last_commit_metadata()
-            if recorded is None:
+            latest = latest_cut(self.lake)
+            if latest is None:
                 continue
-            cut = PublishedCut.from_json(recorded).cut
+            cut = latest.cut
             if not self.seen or cut > self.seen[-1][1]:
                 self.seen.append((time.time(), cut))
 

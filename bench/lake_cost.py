@@ -39,7 +39,8 @@ from py4j.protocol import Py4JJavaError
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.lake.cuts import Lake
-from cs_platform.lake.delta import quoted, session_conf
+from cs_platform.lake.delta import session_conf
+from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.maintenance import maintain
 from cs_platform.lake.mirrors import MATERIALIZE_SOURCE
 from cs_platform.lake.spark import delta_spark_session

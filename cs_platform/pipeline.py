@@ -24,7 +24,8 @@ from cs_platform.changestream.errors import TerminalError
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
 from cs_platform.changestream.table_snapshot import check_retention, plan_snapshot
 from cs_platform.lake.changelog import IngestResult
-from cs_platform.lake.cuts import ROOT_SETTING, CutResult, Lake
+from cs_platform.lake.cuts import CutResult, Lake
+from cs_platform.lake.published import ROOT_SETTING
 from cs_platform.lake.snapshot import SnapshotResult, load_snapshot
 from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity

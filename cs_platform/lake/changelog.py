@@ -27,7 +27,8 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cs_platform.lake.delta import DeltaPath, quoted
+from cs_platform.lake.delta import DeltaPath
+from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.types import sql_timestamp
 from cs_platform.landing.rows import IDENTITY
 

@@ -7,7 +7,8 @@ landing files after T was read. Every transaction in the range is then complete;
 (records seen != number_of_records_in_transaction) means lost data, so the cut stops with
 :class:`IncompleteTransactionsError` and applies nothing. After every mirror of the cut has
 committed, one append to the manifest records the cut and each mirror's Delta version: readers open
-all mirrors at one cut by time travel (:func:`mirrors_at_cut`). A cut at or before the last one
+all mirrors at one cut by time travel (:func:`mirrors_at_cut`). Every mirror commit also records
+its cut in its ``userMetadata`` (``published.cut_record``), so a version says which cut it belongs to. A cut at or before the last one
 is a no-op; a crash before the manifest append is repaired by re-running (mirrors apply final
 effects, see ``mirrors``).
 
@@ -18,13 +19,12 @@ transaction is moved to the quarantine table and the cut applies the rest (atomi
 transaction is never applied in part).
 
 Timestamps handed back by PySpark are naive datetimes in the *Python process's* local time zone,
-whatever the Spark session time zone is; :func:`utc` turns them back into UTC.
+whatever the Spark session time zone is; ``types.utc`` turns them back into UTC. Which cuts are
+published, and at which mirror versions, is read from the manifest's log without Spark (``published``).
 """
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -32,15 +32,23 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cs_platform.lake.changelog import Changelog, ingested_marks
-from cs_platform.lake.delta import DeltaPath, quoted
+from cs_platform.lake.delta import USER_METADATA, DeltaPath, session_conf
+from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.mirrors import apply_changes, column_types_by_table
+from cs_platform.lake.published import (
+    ROOT_SETTING,
+    PublishedCut,
+    absolute_root,
+    cut_record,
+    latest_cut,
+    published_cut,
+    published_cuts,
+)
 from cs_platform.lake.quarantine import Quarantine, UntypedValue, untyped_values
-from cs_platform.lake.types import utc
 from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity, bind
 
 POLICIES = ("fail", "quarantine")
-ROOT_SETTING = "CS_PLATFORM_LAKE_ROOT"
 INCOMPLETE_SAMPLE = 5  # incomplete transactions named in the error
 TIME_TRAVEL_GUARD = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
 TIMESTAMP_ENCODING = "spark.sql.parquet.outputTimestampType"
@@ -79,28 +87,6 @@ class CutResult:
 
 
 @dataclass(frozen=True)
-class PublishedCut:
-    """A cut as its manifest commit recorded it (the commit's ``userMetadata``)."""
-
-    cut: datetime
-    versions: dict[str, int]
-    previous: datetime | None = None
-
-    def to_json(self) -> str:
-        previous = self.previous and self.previous.isoformat()
-        return json.dumps({"cut": self.cut.isoformat(), "previous": previous, "versions": self.versions})
-
-    @classmethod
-    def from_json(cls, recorded: dict) -> PublishedCut:
-        previous = recorded.get("previous")
-        return cls(
-            datetime.fromisoformat(recorded["cut"]),
-            {t: int(v) for t, v in recorded["versions"].items()},
-            datetime.fromisoformat(previous) if previous else None,
-        )
-
-
-@dataclass(frozen=True)
 class RangeSummary:
     """A cut's range in one pass: its size, its incomplete transactions, its tables' column types."""
 
@@ -127,11 +113,6 @@ def summarize(changes: DataFrame) -> RangeSummary:
         F.array_distinct(F.flatten(F.collect_list("descriptions"))),
     ).first()
     return RangeSummary(row[0], row[1], row[2], [tuple(m) for m in row[3]], [tuple(d) for d in row[4] or []])
-
-
-def absolute_root(root: str) -> str:
-    """`ALTER TABLE delta.`<path>`` needs an absolute path; a relative local root would fail there."""
-    return root.rstrip("/") if "://" in root else os.path.abspath(root)
 
 
 def changelog_table(location: Location) -> DeltaPath:
@@ -182,25 +163,15 @@ class Lake:
 
     def last_published(self) -> PublishedCut | None:
         """The latest cut and its mirror versions, from the manifest's last commit (no Spark job)."""
-        recorded = self.manifest.last_commit_metadata()
-        if recorded is not None:
-            return PublishedCut.from_json(recorded)
-        if not self.manifest.exists():
-            return None
-        # A manifest written before commits recorded the cut: read it once from the table.
-        cut = utc(self.manifest.read(self.spark).agg(F.max("cut_timestamp")).first()[0])
-        return PublishedCut(cut, {r.table_name: r.mirror_version for r in self._manifest_rows(cut)})
+        return latest_cut(self.location)
 
     def last_cut(self) -> datetime | None:
         published = self.last_published()
         return published.cut if published else None
 
     def cuts(self) -> list[datetime]:
-        """Every cut in the manifest, oldest first, in UTC."""
-        if not self.manifest.exists():
-            return []
-        rows = self.manifest.read(self.spark).select("cut_timestamp").distinct().collect()
-        return sorted(utc(r.cut_timestamp) for r in rows)
+        """Every kept cut, oldest first, in UTC (from the manifest's log: ``published``)."""
+        return [c.cut for c in published_cuts(self.location)]
 
     def changes(self, after: datetime | None, upto: datetime) -> DataFrame:
         rows = self.changelog.table().where(F.col("commit_timestamp") <= F.lit(upto))
@@ -241,10 +212,11 @@ class Lake:
                 kept = summarize(applied)
                 transactions, mods = kept.transactions, kept.mods
                 types = {t: c for t, c in types.items() if t in {table for table, _ in kept.descriptions}}
-            versions = {
-                table: apply_changes(self.spark, self.mirror(table), applied.where(F.col("table_name") == table), columns)
-                for table, columns in types.items()
-            }
+            with session_conf(self.spark, {USER_METADATA: cut_record(cut, previous)}):  # each mirror commit names its cut
+                versions = {
+                    table: apply_changes(self.spark, self.mirror(table), applied.where(F.col("table_name") == table), columns)
+                    for table, columns in types.items()
+                }
         finally:
             changes.unpersist()
         if not versions and previous is None:
@@ -291,24 +263,8 @@ class Lake:
 
     def mirrors_at_cut(self, cut: datetime | None = None) -> dict[str, DataFrame]:
         """Every mirror as of one cut (the latest if None): a transaction-consistent snapshot."""
-        if cut is None:
-            published = self.last_published()
-            if published is None:
-                raise KeyError(f"no cut in {self.manifest_path} yet")
-            versions = published.versions
-        else:
-            versions = {r.table_name: r.mirror_version for r in self._manifest_rows(cut)}
+        versions = published_cut(self.location, cut).versions
         return {table: self.mirror(table).read(self.spark, version) for table, version in versions.items()}
-
-    def _manifest_rows(self, cut: datetime) -> list:
-        """(table_name, mirror_version) of each mirror at one cut."""
-        rows = self.manifest.read(self.spark).where(F.col("cut_timestamp") == F.lit(cut)).select("table_name", "mirror_version").collect()
-        if not rows:
-            raise KeyError(
-                f"no cut at {cut} in {self.manifest_path}: not a cut, or older than the cuts lake maintenance "
-                "keeps (CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS; Lake.cuts() lists the kept ones)"
-            )
-        return rows
 
 
 def plain_datetime(value: datetime) -> datetime:

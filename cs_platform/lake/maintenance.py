@@ -20,13 +20,16 @@ Retention is per table. A kept cut opens each mirror at the version the manifest
 of that version is removed, if ever, by a later commit, and lake writers are serialized (one lake
 run per stream), so its removal is stamped no earlier than the version's own commit. A mirror's
 retention therefore reaches back to the commit of the oldest version any kept cut pins, plus
-``margin_seconds``. The margin also covers tables no cut pins (changelog, manifest, quarantine) and
+``margin_seconds``. The manifest's log likewise reaches back to the commit of the oldest kept cut:
+readers find the kept cuts in its commits (``published``), and the commit that deleted the older
+ones records the oldest kept. The margin also covers tables no cut pins (changelog, quarantine) and
 files written by a run still in flight, which are not yet in any commit: keep it above the longest
 lake run.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -35,8 +38,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from cs_platform.lake.cuts import Lake
-from cs_platform.lake.delta import DeltaPath, quoted, session_conf, sql_string
-from cs_platform.lake.types import sql_timestamp, utc
+from cs_platform.lake.delta import USER_METADATA, DeltaPath, session_conf
+from cs_platform.lake.identifiers import quoted, sql_string
+from cs_platform.lake.published import EXPIRED_BEFORE, published_cuts
+from cs_platform.lake.types import sql_timestamp
 
 KEPT_CUTS_SETTING = "CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS"
 MARGIN_SETTING = "CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS"
@@ -61,7 +66,7 @@ class TableMaintenance:
     bytes_before: int
     bytes_after: int
     retention_hours: float
-    pinned_version: int | None  # the oldest version a kept cut opens (mirrors only)
+    pinned_version: int | None  # the oldest version a kept cut needs: a mirror's it opens, the manifest's commit of it
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,10 @@ def maintain(lake: Lake, kept_seconds: float, margin_seconds: float) -> Maintena
     cuts, dropped, pinned = _expire_cuts(lake, kept_seconds)
     tables = [(name, table, None) for name, table in (("changelog", lake.changelog.delta), ("quarantine", lake.quarantine.delta))]
     tables += [(f"mirrors/{name}", lake.mirror(name), version) for name, version in sorted(pinned.items())]
-    tables.append(("manifest", lake.manifest, None))
+    # The manifest's log keeps the commit of every kept cut: that is where ``published`` reads them.
+    oldest = cuts[0].isoformat() if cuts else None
+    recorded = (version for version, r in lake.manifest.recorded(newest_first=False) if r.get("cut") == oldest)
+    tables.append(("manifest", lake.manifest, next(recorded, None)))
     with session_conf(lake.spark, {_LISTING_TASKS: "8"}):
         done = tuple(_maintain_table(lake.spark, name, table, version, margin_seconds) for name, table, version in tables if table.exists())
     return MaintenanceResult(len(cuts), cuts[0] if cuts else None, dropped, done)
@@ -98,27 +106,28 @@ def maintain(lake: Lake, kept_seconds: float, margin_seconds: float) -> Maintena
 
 def _expire_cuts(lake: Lake, kept_seconds: float) -> tuple[list[datetime], int, dict[str, int]]:
     """Delete the cuts older than ``kept_seconds`` before the latest from the manifest; returns the
-    kept cuts (oldest first), how many were dropped, and per mirror the oldest version a kept cut opens."""
-    if not lake.manifest.exists():
+    kept cuts (oldest first), how many were dropped, and per mirror the oldest version a kept cut opens.
+    The deleting commit records the oldest kept cut, so a reader of the manifest's log alone
+    (``published``) no longer lists the dropped ones."""
+    published = published_cuts(lake.location)
+    if not published:
         return [], 0, {}
-    rows = lake.manifest.read(lake.spark).select("cut_timestamp", "table_name", "mirror_version").collect()
-    cuts = sorted({utc(r.cut_timestamp) for r in rows})
-    if not cuts:
-        return [], 0, {}
-    kept = [c for c in cuts if c >= cuts[-1] - timedelta(seconds=kept_seconds)]
-    dropped = len(cuts) - len(kept)
+    kept = [c for c in published if c.cut >= published[-1].cut - timedelta(seconds=kept_seconds)]
+    dropped = len(published) - len(kept)
     if dropped:
-        lake.spark.sql(f"DELETE FROM delta.{quoted(lake.manifest.uri)} WHERE {quoted('cut_timestamp')} < {sql_timestamp(kept[0])}")
+        expired = json.dumps({EXPIRED_BEFORE: kept[0].cut.isoformat()})
+        with session_conf(lake.spark, {USER_METADATA: expired}):
+            lake.spark.sql(f"DELETE FROM delta.{quoted(lake.manifest.uri)} WHERE {quoted('cut_timestamp')} < {sql_timestamp(kept[0].cut)}")
     pinned: dict[str, int] = {}
-    for r in rows:
-        if utc(r.cut_timestamp) >= kept[0]:
-            pinned[r.table_name] = min(r.mirror_version, pinned.get(r.table_name, r.mirror_version))
-    return kept, dropped, pinned
+    for cut in kept:
+        for table, version in cut.versions.items():
+            pinned[table] = min(version, pinned.get(table, version))
+    return [c.cut for c in kept], dropped, pinned
 
 
 def _maintain_table(spark: SparkSession, name: str, table: DeltaPath, pinned: int | None, margin_seconds: float) -> TableMaintenance:
     files_before, bytes_before = _size(spark, table)
-    if pinned is not None:
+    if name.startswith("mirrors/"):
         spark.sql(f"REORG TABLE delta.{quoted(table.uri)} APPLY (PURGE)")
     with session_conf(spark, {_ROW_GROUP: str(CHANGELOG_ROW_GROUP_BYTES)} if name == "changelog" else {}):
         spark.sql(f"OPTIMIZE delta.{quoted(table.uri)}")

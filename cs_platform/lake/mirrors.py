@@ -24,7 +24,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
-from cs_platform.lake.delta import DeltaPath, quoted, session_conf, sql_string
+from cs_platform.lake.delta import DeltaPath, session_conf
+from cs_platform.lake.identifiers import quoted, sql_string
 from cs_platform.lake.types import spark_type, typed_value
 
 PRIMARY_KEY_PROPERTY = "cs_platform.primaryKey"

@@ -18,7 +18,8 @@ from datetime import datetime
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cs_platform.lake.delta import DeltaPath, quoted, sql_string
+from cs_platform.lake.delta import DeltaPath
+from cs_platform.lake.identifiers import quoted, sql_string
 from cs_platform.lake.types import untyped, utc
 
 _APP_ID = "cs_platform.cut"  # idempotent appends: a re-run cut adds its quarantine rows once

@@ -37,7 +37,9 @@ from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.catalog import WatchedTable
 from cs_platform.changestream.table_snapshot import SnapshotPartition, SnapshotPlan, read_partition
 from cs_platform.lake.cuts import Lake, StaleSnapshotError, plain_datetime
+from cs_platform.lake.delta import USER_METADATA, session_conf
 from cs_platform.lake.mirrors import column_types_by_table, replace_mirror, typed_rows
+from cs_platform.lake.published import cut_record
 from cs_platform.landing.rows import column_types_json
 
 ARROW_ROWS = 10_000  # rows per Arrow batch a task hands to Spark
@@ -71,7 +73,10 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan) -> Snap
         return replace_mirror(lake.spark, lake.mirror(table.name), typed_rows(read, columns), columns)
 
     # The tables are written side by side: one table's reads, commit and log reads overlap another's.
-    with ThreadPoolExecutor(max_workers=min(len(plan.tables), PARALLEL_TABLES) or 1, thread_name_prefix="snapshot") as pool:
+    # Their commits name the cut they are written at (set once on the session: SQL commits take it from there).
+    record = cut_record(plain_datetime(plan.read_timestamp), published.previous if published else None)
+    workers = min(len(plan.tables), PARALLEL_TABLES) or 1
+    with session_conf(lake.spark, {USER_METADATA: record}), ThreadPoolExecutor(workers, thread_name_prefix="snapshot") as pool:
         loaded = dict(zip((t.name for t in plan.tables), pool.map(load, plan.tables)))
     versions = {table: version for table, (version, _) in loaded.items()}
     rows = {table: count for table, (_, count) in loaded.items()}

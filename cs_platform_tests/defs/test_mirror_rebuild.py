@@ -10,7 +10,7 @@ from dagster import AssetKey, build_sensor_context, materialize
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.workload import BANK_TABLES
 from cs_platform.lake.cuts import Lake
-from cs_platform.lake.delta import quoted, sql_string
+from cs_platform.lake.identifiers import quoted, sql_string
 
 BRANCHES = ["BranchId", "City", "Staff"]
 

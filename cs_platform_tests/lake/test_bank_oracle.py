@@ -3,7 +3,8 @@ transfers before the stream's start T0, then transfers run while partitions spli
 sensor's runs land them, and cuts are applied at the low watermark while it all moves. The first cut
 is T0, the snapshot. At every cut in the manifest, T0 included, the mirrors are a consistent
 snapshot of the source (``oracle.check_bank_cut``: balances sum up, the two tables agree, both
-equal the source read at the cut).
+equal the source read at the cut), and DuckDB, deltalake and Spark SQL open it, at the versions the
+manifest's log gives, exactly as Spark does (``readers.check_readers_agree``).
 """
 
 import threading
@@ -19,6 +20,7 @@ from cs_platform.landing.store import LandingStore
 from cs_platform.dev.oracle import bank_source_at, check_bank_cut, committed, landed
 from cs_platform.dev.workload import start_after
 from cs_platform_tests.defs.processes import SENSOR
+from cs_platform_tests.lake.readers import check_readers_agree
 
 WINDOW_SECONDS = 45  # the emulator's partitions churn every 3 s: splits and merges in any window this long
 BEFORE_START = 200  # transfers committed before the stream's start: only the snapshot brings them
@@ -51,5 +53,6 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
     assert cuts[0] == start, f"the first cut is {cuts[0]}, not the snapshot at the stream's start {start}"
     for cut in cuts:
         check_bank_cut(lake, bank_stream.bank, cut)
+        check_readers_agree(lake, cut)
     final_accounts, final_transfers = bank_source_at(bank_stream.bank, end)
     assert len(final_transfers) > 500 + BEFORE_START and len(final_accounts) == 10

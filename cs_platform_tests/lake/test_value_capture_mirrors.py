@@ -18,6 +18,7 @@ from cs_platform.lake.cuts import Lake
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
+from cs_platform_tests.lake.readers import check_readers_agree
 
 
 def normalized(row: dict) -> dict:
@@ -73,6 +74,7 @@ def test_mirror_equals_source(capture, make_database, spark, tmp_path):
     assert set(mirror) == set(source) == {ROW["Id"], 2}
     differing = {(k, c): (mirror[k][c], source[k][c]) for k in source for c in COLUMNS if mirror[k][c] != source[k][c]}
     assert not differing, f"{capture}: (mirror, source) differ at {differing}"
+    check_readers_agree(lake, lake.last_cut())  # every column type, as DuckDB and deltalake read it
 
 
 EARLY_DDL = """CREATE TABLE Early (

@@ -1,0 +1,72 @@
+"""``cs-platform-lake``: the published cuts of a stream's lake, and statements that open one, without Spark.
+
+    cs-platform-lake cuts .demo/lake/BankStream            # every kept cut, and its mirror versions
+    cs-platform-lake open .demo/lake/BankStream --engine duckdb [--cut 2026-11-25T07:00:00+00:00]
+
+``open`` prints statements for Spark SQL, DuckDB or Trino that define one view per mirror, pinned
+at the cut (the latest by default); paste them into that engine. Everything is read from the
+manifest's Delta log (``published``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+
+from cs_platform.landing.location import Location
+from cs_platform.lake.engines import ENGINES, CutTables, MissingReaderError, statements
+from cs_platform.lake.published import CutNotFoundError, lake_location, manifest_log, published_cut, published_cuts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cs-platform-lake", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    cuts = commands.add_parser("cuts", help="list the kept cuts, oldest first")
+    cuts.add_argument("lake", help="a stream's lake: <CS_PLATFORM_LAKE_ROOT>/<stream>, a directory or gs:// URI")
+    cuts.add_argument("--json", action="store_true", help="one JSON object per cut")
+    opened = commands.add_parser("open", help="print statements that open every mirror of one cut")
+    opened.add_argument("lake", help="a stream's lake: <CS_PLATFORM_LAKE_ROOT>/<stream>, a directory or gs:// URI")
+    opened.add_argument("--engine", choices=ENGINES, default="duckdb")
+    opened.add_argument("--cut", type=_timestamp, help="the cut's timestamp as `cuts` lists it (default: the latest)")
+    args = parser.parse_args(argv)
+    try:
+        location = _lake(args.lake)
+        if args.command == "cuts":
+            for cut in published_cuts(location):
+                print(cut.to_json() if args.json else f"{cut.cut.isoformat()}  {_versions(cut.versions)}")
+        else:
+            print(statements(CutTables.of(location, published_cut(location, args.cut)), args.engine), end="")
+    except (CutNotFoundError, MissingReaderError, NotALakeError) as e:
+        print(f"cs-platform-lake: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+class NotALakeError(ValueError):
+    """The path given holds no manifest."""
+
+
+def _lake(root: str) -> Location:
+    location = lake_location(root)
+    if not manifest_log(location).exists():
+        raise NotALakeError(
+            f"no manifest at {manifest_log(location).uri}: give a stream's lake, <CS_PLATFORM_LAKE_ROOT>/<stream> "
+            "(for make demo: .demo/lake/BankStream), after its first cut"
+        )
+    return location
+
+
+def _timestamp(text: str) -> datetime:
+    value = datetime.fromisoformat(text)
+    if value.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: give it as `cuts` prints it (with +00:00)")
+    return value
+
+
+def _versions(versions: dict[str, int]) -> str:
+    return ", ".join(f"{table}@v{version}" for table, version in sorted(versions.items()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Open every mirror of one published cut from an engine other than our own PySpark code.
+
+A consistent cut is a set of mirror versions (``published``); any engine with Delta time travel
+opens it by pinning each mirror at its version. This module writes those statements, ready to
+run, for Spark SQL (``VERSION AS OF``), DuckDB (``delta_scan(..., version => N)``, its ``delta``
+extension loaded from the ``duckdb-extension-delta`` wheel's file, so nothing is downloaded) and
+Trino (``FOR VERSION AS OF``, after ``register_table``), and opens the cut as Arrow tables
+through ``deltalake`` (delta-rs). Nothing here imports Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from cs_platform.landing.location import Location
+from cs_platform.lake.identifiers import double_quoted, quoted, standard_string
+from cs_platform.lake.published import PublishedCut, mirror_log
+
+ENGINES = ("spark", "duckdb", "trino")
+TRINO_CATALOG, TRINO_SCHEMA = "delta", "cs_platform"
+
+
+class MissingReaderError(RuntimeError):
+    """A reader package this call needs is not installed."""
+
+
+@dataclass(frozen=True)
+class CutTables:
+    """Where every mirror of one published cut is, and at which version."""
+
+    cut: PublishedCut
+    uris: dict[str, str]  # table -> the mirror's URI
+
+    @classmethod
+    def of(cls, location: Location, cut: PublishedCut) -> CutTables:
+        return cls(cut, {table: mirror_log(location, table).uri for table in cut.versions})
+
+    def pinned(self) -> list[tuple[str, str, int]]:
+        """(table, uri, version) of every mirror, by table name."""
+        return [(table, self.uris[table], version) for table, version in sorted(self.cut.versions.items())]
+
+
+def statements(tables: CutTables, engine: str) -> str:
+    """Statements that define one view per mirror, pinned at the cut, for ``engine`` (``ENGINES``)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    header = f"-- consistent cut {tables.cut.cut.isoformat()}: every mirror at its version of that cut"
+    return "\n".join([header, *{"spark": _spark, "duckdb": _duckdb, "trino": _trino}[engine](tables)]) + "\n"
+
+
+def _spark(tables: CutTables) -> list[str]:
+    return [
+        f"CREATE OR REPLACE TEMPORARY VIEW {quoted(table)} AS SELECT * FROM delta.{quoted(uri)} VERSION AS OF {version};"
+        for table, uri, version in tables.pinned()
+    ]
+
+
+def _duckdb(tables: CutTables) -> list[str]:
+    lines = [
+        "SET autoinstall_known_extensions = false;",  # never download an extension at run time
+        "SET autoload_known_extensions = false;",
+        f"LOAD {standard_string(duckdb_delta_extension())};",
+    ]
+    return lines + [
+        f"CREATE OR REPLACE VIEW {double_quoted(table)} AS SELECT * FROM delta_scan({standard_string(uri)}, version => {version});"
+        for table, uri, version in tables.pinned()
+    ]
+
+
+def _trino(tables: CutTables) -> list[str]:
+    """Trino reads a Delta table once it is registered in its metastore (once per table), then
+    pins a version with ``FOR VERSION AS OF``. Trino folds names to lower case; Spanner's table
+    names are unique ignoring case, so the lower-case names stay unique."""
+    lines = [f"-- once per table (catalog {TRINO_CATALOG!r} on the Delta Lake connector):"]
+    lines += [
+        f"CALL {TRINO_CATALOG}.system.register_table(schema_name => {standard_string(TRINO_SCHEMA)}, "
+        f"table_name => {standard_string(table.lower())}, table_location => {standard_string(uri)});"
+        for table, uri, _ in tables.pinned()
+    ]
+    return lines + [
+        f"SELECT * FROM {TRINO_CATALOG}.{TRINO_SCHEMA}.{double_quoted(table.lower())} FOR VERSION AS OF {version};"
+        for table, _, version in tables.pinned()
+    ]
+
+
+def read_arrow(tables: CutTables, storage_options: dict[str, str] | None = None) -> dict[str, pa.Table]:
+    """Every mirror of the cut as an Arrow table, read by ``deltalake`` at its version. Through its
+    query engine: its plain ``to_pyarrow_table`` refuses tables with deletion vectors, as mirrors have."""
+    try:
+        from deltalake import DeltaTable, QueryBuilder
+    except ImportError as e:
+        raise MissingReaderError("reading a cut as Arrow needs the deltalake package: pip install 'deltalake>=1.6'") from e
+    opened = {}
+    for table, uri, version in tables.pinned():
+        query = QueryBuilder().register("mirror", DeltaTable(uri, version=version, storage_options=storage_options))
+        opened[table] = pa.table(query.execute("SELECT * FROM mirror").read_all())
+    return opened
+
+
+def duckdb_delta_extension() -> str:
+    """The path of DuckDB's ``delta`` extension inside the ``duckdb-extension-delta`` wheel, for the
+    DuckDB version installed (``LOAD '<path>'`` needs no network)."""
+    try:
+        import duckdb
+        import duckdb_extension_delta
+    except ImportError as e:
+        raise MissingReaderError(
+            "DuckDB statements load the delta extension from its wheel: pip install duckdb duckdb-extension-delta "
+            "(the same version for both)"
+        ) from e
+    path = Path(duckdb_extension_delta.__file__).parent / "extensions" / f"v{duckdb.__version__}" / "delta.duckdb_extension"
+    if not path.is_file():
+        shipped = sorted(p.name for p in path.parent.parent.iterdir())
+        raise MissingReaderError(
+            f"duckdb-extension-delta has no extension for DuckDB {duckdb.__version__} (it ships {', '.join(shipped)}): "
+            "install the duckdb-extension-delta version equal to duckdb's"
+        )
+    return str(path)
