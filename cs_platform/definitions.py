@@ -17,6 +17,7 @@ from dagster import Definitions
 from cs_platform import settings
 from cs_platform.defs.change_stream import ChangeStreamNames, change_stream_definitions
 from cs_platform.defs.resources import configured_resources
+from cs_platform.lake.history_schema import HistoryPolicy
 
 
 def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
@@ -32,6 +33,7 @@ def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
             maintenance_cron=settings.value(environ, "CS_PLATFORM_LAKE_MAINTENANCE_CRON"),
             cleanup_cron=settings.value(environ, "CS_PLATFORM_CLEANUP_CRON"),
             bounded=settings.value(environ, "CS_PLATFORM_END_TIMESTAMP") is not None,
+            history=HistoryPolicy.parse(settings.value(environ, "CS_PLATFORM_HISTORY_TABLES")) != HistoryPolicy(),
         )
         for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")
     ]

@@ -18,6 +18,7 @@ from dagster._utils.schedules import is_valid_cron_string
 
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.values import parse_timestamp
+from cs_platform.lake.history_schema import HistoryPolicy
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,14 @@ def _choice(*choices: str) -> Callable[[str], str]:
 
     parse.expects = f"one of {', '.join(choices)}"  # type: ignore[attr-defined]
     return parse
+
+
+def _history_tables(text: str) -> str:
+    HistoryPolicy.parse(text)  # refuse a mix of all/none and names now, naming the setting
+    return text
+
+
+_history_tables.expects = "none, all, or comma-separated table names"  # type: ignore[attr-defined]
 
 
 _EXPECTS = {
@@ -129,6 +138,7 @@ SETTINGS = {
         Setting("CS_PLATFORM_LANDING_RETENTION_SECONDS", _number, "86400", "cleanup removes landing files the changelog ingested once their watermark is older than this", "landing_retention_seconds"),
         Setting("CS_PLATFORM_MAX_LAG_SECONDS", _number, "600", "the lake is late (freshness, lag check) beyond this"),
         Setting("CS_PLATFORM_EMULATOR_BIN", str, None, "path of emulator_main for make demo/dev/test (default: the Debian package's)"),
+        Setting("CS_PLATFORM_HISTORY_TABLES", _history_tables, "none", "which watched tables also keep a history table (every version of every row, valid_from/valid_to): none, all, or a list", "history_tables"),
         Setting("CS_PLATFORM_UNTYPED_VALUES", _choice("fail", "quarantine"), "fail", "a value that cannot be typed stops the cut (fail) or sets its transaction aside (quarantine)"),
     ]
 }

@@ -79,8 +79,10 @@ def change_stream_definitions(
     maintenance_cron: str = "17 * * * *",
     cleanup_cron: str = "43 * * * *",
     bounded: bool = False,
+    history: bool = False,
 ) -> Definitions:
-    """Every definition of one change stream; ``bounded``: an end timestamp is set (the stream finishes)."""
+    """Every definition of one change stream; ``bounded``: an end timestamp is set (the stream
+    finishes); ``history``: some of its tables keep history tables."""
     names = ChangeStreamNames(stream)
     partitions = DynamicPartitionsDefinition(name=names.partitions)
 
@@ -128,7 +130,8 @@ def change_stream_definitions(
 
     tables = DynamicPartitionsDefinition(name=f"{names.slug}_tables")
     lake_step, lake_job, lake_sensor = lake_definitions(
-        names.slug, stream, names.asset_key, rebuild_key(names.slug), tables, names.resource_key, max_lag_seconds, lake_interval_seconds, bounded
+        names.slug, stream, names.asset_key, rebuild_key(names.slug), tables, names.resource_key, max_lag_seconds, lake_interval_seconds, bounded,
+        history,
     )
     rebuild, rebuild_job = mirror_rebuild_definitions(names.slug, stream, tables, names.resource_key)
     maintenance, maintenance_job, maintenance_schedule = lake_maintenance_definitions(

@@ -99,6 +99,13 @@ CHECKS = {
         "(mirror_rebuild partitions)."
     ),
 }
+HISTORY_CHECK = "history_matches_mirrors"
+HISTORY_CHECK_TEXT = (
+    "At the cut, every history table's versions valid at the cut (_valid_from <= cut < _valid_to, or still "
+    "current), read at the history's latest version as an engine without time travel reads them, are exactly "
+    "the mirror at the cut, row by row. A mismatch means the history drifted: rebuild the tables it names "
+    "(mirror_rebuild partitions reseed their history)."
+)
 
 
 def lake_definitions(
@@ -111,6 +118,7 @@ def lake_definitions(
     max_lag_seconds: float,
     interval_seconds: int,
     bounded: bool = False,
+    history: bool = False,
 ) -> tuple:
     """The lake step (changelog + mirrors), its job and its sensor (which also keeps ``tables``,
     the rebuilds' partitions, equal to the tables the stream watches).
@@ -118,10 +126,28 @@ def lake_definitions(
     An open-ended stream never finishes, so its mirrors carry a time-window freshness policy. A
     ``bounded`` stream (an end timestamp is set) finishes, and then its mirrors are final: a policy
     that only counts time since the last materialization would call it late forever after. Its
-    lateness is the ``watermark_lag`` check's, which tells a live stream from a finished one."""
-    assets = LakeAssets(stream, AssetKey([slug, "changelog"]), AssetKey([slug, "mirrors"]), rebuilds)
+    lateness is the ``watermark_lag`` check's, which tells a live stream from a finished one.
+    With ``history`` (CS_PLATFORM_HISTORY_TABLES names tables), the step also materializes the
+    history tables, which the same cut writes."""
+    history_key = AssetKey([slug, "history"]) if history else None
+    assets = LakeAssets(stream, AssetKey([slug, "changelog"]), AssetKey([slug, "mirrors"]), rebuilds, history_key)
     changelog_key, mirrors_key = assets.changelog, assets.mirrors
     group = f"{slug}_lake"
+    history_specs = [
+        AssetSpec(
+            history_key,
+            deps=[mirrors_key],
+            group_name=group,
+            kinds={"spark", "delta"},
+            description=(
+                f"Type-2 history of the tables of {stream} named by CS_PLATFORM_HISTORY_TABLES: one row per version of "
+                "a source row, full row state, _valid_from/_valid_to = Spanner commit timestamps, _transaction_id, "
+                "_operation. Filtered at a published cut and read at its latest version it is the mirror at that cut: "
+                "the consistent read for engines without time travel (docs/reading.md)."
+            ),
+        )
+    ] if history else []
+    history_checks = [AssetCheckSpec(HISTORY_CHECK, asset=history_key, description=HISTORY_CHECK_TEXT)] if history else []
 
     @multi_asset(
         name=f"{slug}_cut",
@@ -149,11 +175,12 @@ def lake_definitions(
                     "with Lake.mirrors_at_cut)."
                 ),
             ),
+            *history_specs,
         ],
         check_specs=[
             AssetCheckSpec(name, asset=mirrors_key, description=text, blocking=name == BLOCKING_CHECK)
             for name, text in CHECKS.items()
-        ],
+        ] + history_checks,
         required_resource_keys={"pyspark", "lake", "landing", resource_key},
     )
     def lake_step(context: AssetExecutionContext):
@@ -178,18 +205,19 @@ def lake_definitions(
                         context.log_event(assets.as_event(result))
                 context.log.info(describe(cut.advance, taken))
         except IncompleteTransactionsError as e:
-            yield _check(BLOCKING_CHECK, False, {"incomplete": e.count, "sample": str(e.missing)})
+            yield assets.on_mirrors(_check(BLOCKING_CHECK, False, {"incomplete": e.count, "sample": str(e.missing)}))
             raise Failure(description=str(e), allow_retries=False) from e
         except UntypedValueError as e:
-            yield _check(BLOCKING_CHECK, True, {"incomplete": 0})
-            yield _check("typed_values", False, {"untyped_values": len(e.values), "first": "; ".join(v.describe() for v in e.values[:5])})
+            yield assets.on_mirrors(_check(BLOCKING_CHECK, True, {"incomplete": 0}))
+            untyped = {"untyped_values": len(e.values), "first": "; ".join(v.describe() for v in e.values[:5])}
+            yield assets.on_mirrors(_check("typed_values", False, untyped))
             raise Failure(description=str(e), allow_retries=False) from e
         if not taken:
             raise Failure(description=f"stream {stream} has no partitions yet: turn on its partition sensor first")
 
     job = define_asset_job(
         f"{slug}_lake",
-        selection=[changelog_key, mirrors_key],
+        selection=[changelog_key, mirrors_key, *([history_key] if history else [])],
         executor_def=in_process_executor,  # one step: a step subprocess would only add its start-up
         tags={LAKE_TAG: stream},
         description=(
@@ -257,6 +285,7 @@ class LakeAssets:
     changelog: AssetKey
     mirrors: AssetKey
     rebuilds: AssetKey
+    history: AssetKey | None = None  # when CS_PLATFORM_HISTORY_TABLES names tables
 
     def report(
         self,
@@ -290,6 +319,7 @@ class LakeAssets:
         ]
         if last:
             checks.append(mirrors_match_source(lake, change_stream.source_database(), self.stream, self.rebuilds))
+        checks = [self.on_mirrors(c) for c in checks]
         changelog = MaterializeResult(
             asset_key=self.changelog,
             metadata={
@@ -314,7 +344,21 @@ class LakeAssets:
                 **snapshot_metadata(advance.snapshot),
             },
         )
-        return [changelog, *checks, mirrors]
+        if self.history is None:
+            return [changelog, *checks, mirrors]
+        history = MaterializeResult(
+            asset_key=self.history,
+            metadata={
+                "cut": MetadataValue.timestamp(cut),
+                "versions_written": MetadataValue.json(result.histories),  # table -> its history's new version
+            },
+        )
+        history_checks = [history_matches_mirrors(lake, self.history)] if last else []
+        return [changelog, *checks, mirrors, history, *history_checks]
+
+    def on_mirrors(self, check: AssetCheckResult) -> AssetCheckResult:
+        """``check`` of the mirrors asset: a step that also materializes history must say which asset a check is of."""
+        return check._replace(asset_key=self.mirrors)
 
     def as_event(self, result: MaterializeResult | AssetCheckResult) -> AssetMaterialization | AssetCheckEvaluation:
         """A result as the event Dagster records for it, for a cut that is not the step's output:
@@ -322,7 +366,7 @@ class LakeAssets:
         if isinstance(result, MaterializeResult):
             return AssetMaterialization(asset_key=result.asset_key, metadata=result.metadata)
         return AssetCheckEvaluation(
-            asset_key=self.mirrors,
+            asset_key=result.asset_key,
             check_name=result.check_name,
             passed=result.passed,
             metadata=result.metadata,
@@ -362,6 +406,27 @@ def snapshot_metadata(snapshot: "SnapshotResult | None") -> dict:
         "snapshot_read_partitions": snapshot.partitions,
         "snapshot_seconds": snapshot.seconds,
     }
+
+
+def history_matches_mirrors(lake: "Lake", history: AssetKey) -> AssetCheckResult:
+    """At the last applied cut, each history table filtered at the cut equals its mirror at the cut."""
+    cut = lake.last_cut()
+    if cut is None:
+        return AssetCheckResult(asset_key=history, check_name=HISTORY_CHECK, passed=True, description=HISTORY_CHECK_TEXT, metadata={"note": "no cut yet"})
+    mirrors = lake.mirrors_at_cut(cut)
+    compared = {}
+    for table, at_cut in lake.histories_at_cut(cut).items():
+        mirror = mirrors[table]
+        versions = at_cut.select(*[f"`{c}`" for c in mirror.columns])
+        compared[table] = {"rows": mirror.count(), "differing_rows": versions.exceptAll(mirror).count() + mirror.exceptAll(versions).count()}
+    differing = sorted(t for t, c in compared.items() if c["differing_rows"])
+    return AssetCheckResult(
+        asset_key=history,
+        check_name=HISTORY_CHECK,
+        passed=not differing,
+        description=HISTORY_CHECK_TEXT,
+        metadata={"cut": MetadataValue.timestamp(cut), "tables": MetadataValue.json(compared), "differing": ", ".join(differing) or "none"},
+    )
 
 
 def _check(name: str, passed: bool, metadata: dict, severity: AssetCheckSeverity = AssetCheckSeverity.ERROR) -> AssetCheckResult:

@@ -21,6 +21,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_heartbeat_millis, validate_identifier
 from cs_platform.changestream.reader import DEFAULT_CHUNK_INTERVAL, DEFAULT_CHUNK_MODS, PartitionReader
 from cs_platform.changestream.values import parse_timestamp
+from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform import settings
@@ -181,6 +182,7 @@ class LakeResource(ConfigurableResource):
     root: str
     max_lag_seconds: float = 600.0  # the lake is late beyond this (watermark_lag check, freshness policy)
     untyped_values: str = "fail"  # or "quarantine": see cs_platform.lake.quarantine
+    history_tables: str = "none"  # or "all", or table names: see cs_platform.lake.history
     kept_cuts_seconds: float = 86400.0  # cuts this recent stay readable; maintenance drops older ones (cs_platform.lake.maintenance)
     cut_interval_seconds: float = 5.0  # a lake run cuts at most this often (pipeline.keep_cutting)
     lake_soft_timeout_seconds: float = 1800.0  # how long a sensor-launched lake run keeps cutting
@@ -194,7 +196,13 @@ class LakeResource(ConfigurableResource):
 
         if self.untyped_values not in POLICIES:
             raise InvalidArgumentError(f"CS_PLATFORM_UNTYPED_VALUES={self.untyped_values!r} is not one of {', '.join(POLICIES)}")
-        return Lake(spark, self.stream_root(stream), untyped_policy=self.untyped_values)
+        return Lake(spark, self.stream_root(stream), untyped_policy=self.untyped_values, history=self.history_policy())
+
+    def history_policy(self) -> HistoryPolicy:
+        try:
+            return HistoryPolicy.parse(self.history_tables)
+        except ValueError as e:
+            raise InvalidArgumentError(str(e)) from e
 
 
 class RetentionResource(ConfigurableResource):
@@ -319,6 +327,7 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             root=lake_root,
             max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
             untyped_values=settings.value(environ, "CS_PLATFORM_UNTYPED_VALUES"),
+            history_tables=settings.value(environ, "CS_PLATFORM_HISTORY_TABLES"),
             kept_cuts_seconds=settings.value(environ, "CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS"),
             cut_interval_seconds=settings.value(environ, "CS_PLATFORM_CUT_INTERVAL_SECONDS"),
             lake_soft_timeout_seconds=settings.value(environ, "CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS"),

@@ -33,6 +33,8 @@ from pyspark.sql import functions as F
 
 from cs_platform.lake.changelog import Changelog, ingested_marks
 from cs_platform.lake.delta import USER_METADATA, DeltaPath, session_conf
+from cs_platform.lake.history import apply_history, history_at, seed_history
+from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.mirrors import apply_changes, column_types_by_table
 from cs_platform.lake.published import (
@@ -84,6 +86,7 @@ class CutResult:
     mods: int = 0
     versions: dict[str, int] = field(default_factory=dict)
     quarantined: tuple[UntypedValue, ...] = ()  # values whose transactions the cut set aside
+    histories: dict[str, int] = field(default_factory=dict)  # the history tables the cut wrote, at their new versions
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ def ingested_landing(root: str) -> dict[str, str]:
 class Lake:
     """The Delta tables under one root: changelog, mirrors/<table>, and the manifest."""
 
-    def __init__(self, spark: SparkSession, root: str, untyped_policy: str = "fail") -> None:
+    def __init__(self, spark: SparkSession, root: str, untyped_policy: str = "fail", history: HistoryPolicy = HistoryPolicy()) -> None:
         if untyped_policy not in POLICIES:
             raise ValueError(f"untyped value policy {untyped_policy!r} is not one of {', '.join(POLICIES)}")
         self.spark = spark
@@ -146,6 +149,7 @@ class Lake:
         self.quarantine = Quarantine(spark, DeltaPath.under(self.location, "quarantine"))
         self.manifest = DeltaPath.under(self.location, "manifest")
         self.untyped_policy = untyped_policy
+        self.history = history
 
     def bind(self, source: SourceIdentity) -> None:
         """Record ``source`` as this lake's owner if it has none; refuse another (``landing.source``)."""
@@ -160,6 +164,9 @@ class Lake:
 
     def mirror_path(self, table: str) -> str:
         return self.mirror(table).uri
+
+    def history_table(self, table: str) -> DeltaPath:
+        return DeltaPath.under(self.location, "history", table)
 
     def last_published(self) -> PublishedCut | None:
         """The latest cut and its mirror versions, from the manifest's last commit (no Spark job)."""
@@ -212,10 +219,15 @@ class Lake:
                 kept = summarize(applied)
                 transactions, mods = kept.transactions, kept.mods
                 types = {t: c for t, c in types.items() if t in {table for table, _ in kept.descriptions}}
-            with session_conf(self.spark, {USER_METADATA: cut_record(cut, previous)}):  # each mirror commit names its cut
+            with session_conf(self.spark, {USER_METADATA: cut_record(cut, previous)}):  # each commit names its cut
+                changed = {table: applied.where(F.col("table_name") == table) for table in types}
                 versions = {
-                    table: apply_changes(self.spark, self.mirror(table), applied.where(F.col("table_name") == table), columns)
+                    table: apply_changes(self.spark, self.mirror(table), changed[table], columns) for table, columns in types.items()
+                }
+                histories = {
+                    table: self._write_history(table, changed[table], columns, published)
                     for table, columns in types.items()
+                    if self.history.keeps(table)
                 }
         finally:
             changes.unpersist()
@@ -223,7 +235,24 @@ class Lake:
             return CutResult(cut, previous, applied=False)  # nothing under the first cut: no mirror to record
         versions = dict(sorted({**(published.versions if published else {}), **versions}.items()))
         self._publish(PublishedCut(cut, versions, previous), transactions, mods)
-        return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad))
+        return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad), histories)
+
+    def histories_at_cut(self, cut: datetime | None = None) -> dict[str, DataFrame]:
+        """Every history table's versions valid at one cut (the latest if None), read at the
+        history's latest version: what a reader without time travel reads (``history``)."""
+        published = published_cut(self.location, cut)
+        tables = (t for t in published.versions if self.history_table(t).exists())
+        return {t: history_at(self.history_table(t).read(self.spark), published.cut) for t in tables}
+
+    def _write_history(self, table: str, changes: DataFrame, columns: dict[str, dict], published: PublishedCut | None) -> int:
+        """The cut's versions into the table's history, the state before them read from the mirror
+        at the previous cut (a history turned on for a table with a mirror starts there, seeded)."""
+        history = self.history_table(table)
+        prior = published.versions.get(table) if published else None
+        before = None if prior is None else self.mirror(table).read(self.spark, prior)
+        if before is not None and not history.exists():
+            seed_history(self.spark, history, before, columns, published.cut)
+        return apply_history(self.spark, history, before, changes, columns)
 
     def publish_snapshot(self, cut: datetime, versions: dict[str, int]) -> None:
         """Record mirrors a snapshot wrote as of ``cut``: the lake's first cut (later cuts apply

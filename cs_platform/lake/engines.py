@@ -11,13 +11,15 @@ through ``deltalake`` (delta-rs). Nothing here imports Spark.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timezone
 from pathlib import Path
 
 import pyarrow as pa
 
 from cs_platform.landing.location import Location
+from cs_platform.lake.history_schema import VALID_FROM, VALID_TO
 from cs_platform.lake.identifiers import double_quoted, quoted, standard_string
-from cs_platform.lake.published import PublishedCut, mirror_log
+from cs_platform.lake.published import PublishedCut, history_log, mirror_log
 
 ENGINES = ("spark", "duckdb", "trino")
 TRINO_CATALOG, TRINO_SCHEMA = "delta", "cs_platform"
@@ -29,14 +31,20 @@ class MissingReaderError(RuntimeError):
 
 @dataclass(frozen=True)
 class CutTables:
-    """Where every mirror of one published cut is, and at which version."""
+    """Where every mirror of one published cut is, and at which version; and the history tables."""
 
     cut: PublishedCut
     uris: dict[str, str]  # table -> the mirror's URI
+    histories: dict[str, str]  # table -> its history table's URI, for the tables that keep one
 
     @classmethod
     def of(cls, location: Location, cut: PublishedCut) -> CutTables:
-        return cls(cut, {table: mirror_log(location, table).uri for table in cut.versions})
+        histories = {table: history_log(location, table) for table in cut.versions}
+        return cls(
+            cut,
+            {table: mirror_log(location, table).uri for table in cut.versions},
+            {table: log.uri for table, log in histories.items() if log.exists()},
+        )
 
     def pinned(self) -> list[tuple[str, str, int]]:
         """(table, uri, version) of every mirror, by table name."""
@@ -51,6 +59,35 @@ def statements(tables: CutTables, engine: str) -> str:
     return "\n".join([header, *{"spark": _spark, "duckdb": _duckdb, "trino": _trino}[engine](tables)]) + "\n"
 
 
+def history_statements(tables: CutTables, engine: str) -> str:
+    """Statements that define one view per history table holding the table as of the cut, read at
+    the history table's *latest* version: for engines without time travel (``history``). The
+    bound columns (``_valid_from`` ...) are kept in the view."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
+    cut = tables.cut.cut.astimezone(timezone.utc)
+    literal = {
+        "spark": f"TIMESTAMP'{cut.isoformat()}'",
+        "duckdb": f"TIMESTAMPTZ '{cut.isoformat()}'",
+        "trino": f"TIMESTAMP '{cut.strftime('%Y-%m-%d %H:%M:%S.%f')} UTC'",
+    }[engine]
+    source = {
+        "spark": lambda table, uri: f"delta.{quoted(uri)}",
+        "duckdb": lambda table, uri: f"delta_scan({standard_string(uri)})",
+        "trino": lambda table, uri: f"{TRINO_CATALOG}.{TRINO_SCHEMA}.{double_quoted(('history_' + table).lower())}",
+    }[engine]
+    name = quoted if engine == "spark" else double_quoted
+    view = "CREATE OR REPLACE TEMPORARY VIEW" if engine == "spark" else "CREATE OR REPLACE VIEW"
+    lines = [f"-- every history table as of cut {tables.cut.cut.isoformat()}, read at its latest version (no time travel)"]
+    lines += _duckdb_preamble() if engine == "duckdb" else []
+    lines += [
+        f"{view} {name(table)} AS SELECT * FROM {source(table, uri)} "
+        f"WHERE {VALID_FROM} <= {literal} AND ({VALID_TO} IS NULL OR {VALID_TO} > {literal});"
+        for table, uri in sorted(tables.histories.items())
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def _spark(tables: CutTables) -> list[str]:
     return [
         f"CREATE OR REPLACE TEMPORARY VIEW {quoted(table)} AS SELECT * FROM delta.{quoted(uri)} VERSION AS OF {version};"
@@ -58,13 +95,16 @@ def _spark(tables: CutTables) -> list[str]:
     ]
 
 
-def _duckdb(tables: CutTables) -> list[str]:
-    lines = [
+def _duckdb_preamble() -> list[str]:
+    return [
         "SET autoinstall_known_extensions = false;",  # never download an extension at run time
         "SET autoload_known_extensions = false;",
         f"LOAD {standard_string(duckdb_delta_extension())};",
     ]
-    return lines + [
+
+
+def _duckdb(tables: CutTables) -> list[str]:
+    return _duckdb_preamble() + [
         f"CREATE OR REPLACE VIEW {double_quoted(table)} AS SELECT * FROM delta_scan({standard_string(uri)}, version => {version});"
         for table, uri, version in tables.pinned()
     ]

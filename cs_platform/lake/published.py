@@ -85,6 +85,10 @@ def mirror_log(location: Location, table: str) -> DeltaLog:
     return DeltaLog.under(location, "mirrors", table)
 
 
+def history_log(location: Location, table: str) -> DeltaLog:
+    return DeltaLog.under(location, "history", table)
+
+
 def latest_cut(location: Location) -> PublishedCut | None:
     """The latest published cut: the newest manifest commit that recorded one (one or two commit
     files read). None if no cut was published, or the manifest predates commits recording cuts."""

@@ -38,6 +38,7 @@ from cs_platform.changestream.catalog import WatchedTable
 from cs_platform.changestream.table_snapshot import SnapshotPartition, SnapshotPlan, read_partition
 from cs_platform.lake.cuts import Lake, StaleSnapshotError, plain_datetime
 from cs_platform.lake.delta import USER_METADATA, session_conf
+from cs_platform.lake.history import seed_history
 from cs_platform.lake.mirrors import column_types_by_table, replace_mirror, typed_rows
 from cs_platform.lake.published import cut_record
 from cs_platform.landing.rows import column_types_json
@@ -70,11 +71,15 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan) -> Snap
     def load(table: WatchedTable) -> tuple[int, int]:
         columns = column_types_by_table([(table.name, column_types_json(table.columns))])[table.name]
         read = read_rows(lake.spark, target, plan, plan.of(table.name))
-        return replace_mirror(lake.spark, lake.mirror(table.name), typed_rows(read, columns), columns)
+        version, rows = replace_mirror(lake.spark, lake.mirror(table.name), typed_rows(read, columns), columns)
+        if lake.history.keeps(table.name):  # one SNAPSHOT version per row, from the mirror just written
+            seed_history(lake.spark, lake.history_table(table.name), lake.mirror(table.name).read(lake.spark, version), columns, cut)
+        return version, rows
 
     # The tables are written side by side: one table's reads, commit and log reads overlap another's.
     # Their commits name the cut they are written at (set once on the session: SQL commits take it from there).
-    record = cut_record(plain_datetime(plan.read_timestamp), published.previous if published else None)
+    cut = plain_datetime(plan.read_timestamp)
+    record = cut_record(cut, published.previous if published else None)
     workers = min(len(plan.tables), PARALLEL_TABLES) or 1
     with session_conf(lake.spark, {USER_METADATA: record}), ThreadPoolExecutor(workers, thread_name_prefix="snapshot") as pool:
         loaded = dict(zip((t.name for t in plan.tables), pool.map(load, plan.tables)))

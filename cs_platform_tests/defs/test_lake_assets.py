@@ -14,8 +14,10 @@ from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.deadline import load_per_core
 from cs_platform.dev.oracle import check_bank_cut
 from cs_platform.lake.cuts import Lake
+from cs_platform_tests.lake.readers import check_history_at_cut
 
 MIRRORS = AssetKey(["bank_stream", "mirrors"])
+HISTORY = AssetKey(["bank_stream", "history"])
 
 
 def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
@@ -61,6 +63,7 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     checks evaluated, the moment it is applied; the run ends on its last cut once the finished
     stream's end is applied, and every cut it published is a consistent cut of the bank."""
     monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "1")
+    monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "all")  # the same cuts write the history tables
     # A cut takes 2-3 s on a quiet machine and 15 s or more at a load of 4 per core: the window
     # grows with the load, so the run has time for several cuts either way.
     window_s = min(90.0, 20 * max(1.0, load_per_core()))
@@ -94,7 +97,7 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
         for e in dagster_instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
     ]
     by_check = {name: [e for e in evaluations if e.check_name == name] for name in CHECKS}
-    assert all(e.passed for e in evaluations)
+    assert all(e.passed for e in evaluations), [e for e in evaluations if not e.passed]
     assert len(by_check["complete_transactions_below_low_watermark"]) == len(recorded)  # every cut's own checks
     assert len(by_check["mirrors_match_source"]) == 1  # reads the source: on the run's last cut
     changelog_rows = sum(
@@ -105,3 +108,9 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     assert changelog_rows == sum(len(t.mods) for t in workload.committed if t.commit_timestamp <= end) > 0
     for cut in (cuts[1], cuts[len(cuts) // 2], cuts[-1]):
         check_bank_cut(lake, bank_stream.bank, cut)
+        check_history_at_cut(lake, cut)
+    # The history asset: a materialization per cut, and its check on the run's last cut.
+    history = [r for r in dagster_instance.fetch_materializations(HISTORY, limit=1000).records if r.run_id == run.run_id]
+    assert len(history) == len(recorded)
+    (checked,) = [e for e in evaluations if e.check_name == lake_assets.HISTORY_CHECK]
+    assert checked.passed and checked.asset_key == HISTORY

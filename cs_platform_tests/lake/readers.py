@@ -9,8 +9,10 @@ from datetime import datetime, timezone
 import duckdb
 
 from cs_platform.lake.cuts import Lake
-from cs_platform.lake.engines import CutTables, read_arrow, statements
+from cs_platform.lake.engines import CutTables, history_statements, read_arrow, statements
+from cs_platform.lake.history_schema import VALID_FROM
 from cs_platform.lake.identifiers import double_quoted
+from cs_platform.lake.mirrors import primary_key
 from cs_platform.lake.published import PublishedCut, cut_of_version, published_cut
 from cs_platform.lake.types import utc
 
@@ -70,3 +72,26 @@ def check_readers_agree(lake: Lake, cut: datetime) -> PublishedCut:
         named = cut_of_version(lake.location, table, version)
         assert named is not None and named <= published.cut, f"{table} v{version} names cut {named}, published at {published.cut}"
     return published
+
+
+def history_versions(lake: Lake, table: str) -> list[dict]:
+    """Every version in ``table``'s history (its latest version), by key then ``_valid_from``, instants in UTC."""
+    history = lake.history_table(table)
+    keys = primary_key(lake.spark, history)
+    rows = [{c: comparable(v) for c, v in r.asDict().items()} for r in history.read(lake.spark).collect()]
+    return sorted(rows, key=lambda r: (*[repr(r[k]) for k in keys], r[VALID_FROM]))
+
+
+def check_history_at_cut(lake: Lake, cut: datetime) -> None:
+    """Every history table, read by DuckDB at its latest version through the statements of
+    ``engines.history_statements`` (no time travel), is the mirror at ``cut`` row by row."""
+    tables = CutTables.of(lake.location, published_cut(lake.location, cut))
+    assert tables.histories, f"no history table at cut {cut.isoformat()}"
+    mirrors = lake.mirrors_at_cut(cut)
+    with duckdb.connect() as con:
+        con.execute(history_statements(tables, "duckdb"))
+        for table in tables.histories:
+            columns = mirrors[table].columns
+            expected = _sorted(mirrors[table].collect())
+            read = _sorted(con.execute(f"SELECT {', '.join(map(double_quoted, columns))} FROM {double_quoted(table)}").fetchall())
+            assert read == expected, f"history of {table} at cut {cut.isoformat()} is not its mirror: {read[:3]} vs {expected[:3]}"

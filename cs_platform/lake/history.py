@@ -1,0 +1,139 @@
+"""History tables (type 2): every version of every row of a watched table, bounded by Spanner's
+commit timestamps, maintained by the same cut as its mirror.
+
+A row of ``history/<table>`` is one version of one source row: the table's columns (the full row
+state; a partial update is folded onto the version before it, as the mirror folds it), then
+
+- ``_valid_from``: the commit timestamp of the transaction that wrote this version (for a version
+  seeded from a snapshot, the snapshot's cut, and ``_operation`` = ``SNAPSHOT``);
+- ``_valid_to``: the commit timestamp of the transaction that wrote the next version or deleted the
+  row; NULL while the version is current;
+- ``_transaction_id`` (Spanner's server transaction id; NULL for a snapshot version) and
+  ``_operation`` (INSERT, UPDATE or SNAPSHOT).
+
+One transaction makes one version of a key, however many mods it has for it. Spanner's names start
+with a letter, so the ``_`` columns never clash with a table's own.
+
+Because the bounds are commit timestamps, the rows with ``_valid_from <= C AND (_valid_to IS NULL
+OR _valid_to > C)`` are exactly the table at C, for every published cut C, read at the history
+table's *latest* version: a later cut only adds versions from after C and closes versions at a
+timestamp after C. That is how an engine without time travel (BigQuery, Athena) reads a consistent
+cut, even while a newer cut is being written (``docs/reading.md``).
+
+A cut writes a table's history in one MERGE, in proportion to its changes: the state before the cut
+of the keys it touched comes from the mirror at the previous cut's version (immutable, so a cut
+that is re-run after a crash computes the same versions); the MERGE closes each touched key's open
+version and inserts the new ones, matching versions by their ``_valid_from`` so a re-run inserts
+nothing twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from cs_platform.lake.delta import DeltaPath, session_conf
+from cs_platform.lake.history_schema import BOUNDS, OPERATION, SNAPSHOT, TRANSACTION, VALID_FROM, VALID_TO
+from cs_platform.lake.identifiers import quoted
+from cs_platform.lake.mirrors import MATERIALIZE_SOURCE, ensure_columns, final_effects, replace_mirror
+from cs_platform.lake.types import spark_type
+
+_KIND = "__kind"  # of a MERGE source row: a new version, or the closing of a key's open version
+
+
+def history_columns(columns: dict[str, dict]) -> dict[str, dict]:
+    """A table's columns (``mirrors.column_types_by_table``), then the version bounds, as column
+    descriptions: the history table is created and evolved by the code that does the mirrors."""
+    bounds = {name: {"name": name, "type": {"code": code}, "is_primary_key": False} for name, code in BOUNDS.items()}
+    return {**columns, **bounds}
+
+
+def seed_history(spark: SparkSession, history: DeltaPath, rows: DataFrame, columns: dict[str, dict], cut: datetime) -> int:
+    """Make ``rows`` (typed mirror rows as of ``cut``) the whole history: one ``SNAPSHOT`` version
+    per row, valid from the cut. Returns the history's new version."""
+    seeded = _aligned(rows, columns).select(
+        *[F.col(quoted(c)) for c in columns],
+        F.lit(cut).cast("timestamp").alias(VALID_FROM),
+        F.lit(None).cast("timestamp").alias(VALID_TO),
+        F.lit(None).cast("string").alias(TRANSACTION),
+        F.lit(SNAPSHOT).alias(OPERATION),
+    )
+    version, _ = replace_mirror(spark, history, seeded, history_columns(columns))
+    return version
+
+
+def apply_history(
+    spark: SparkSession, history: DeltaPath, before: DataFrame | None, changes: DataFrame, columns: dict[str, dict]
+) -> int:
+    """Add the versions ``changes`` (one table's, in one cut) make to ``history``, and close the
+    versions they end. ``before`` is the mirror as of the previous cut (None for a table new in this
+    cut). Returns the history's new version."""
+    keys = [name for name, c in columns.items() if c["is_primary_key"]]
+    steps = final_effects(changes, columns, per=("keys", "commit_timestamp", "server_transaction_id")).withColumn("__order", F.lit(1))
+    if before is not None:
+        touched = steps.select(*map(quoted, keys)).distinct()
+        prior = before.join(touched, on=reduce(lambda a, b: a & b, [before[quoted(k)].eqNullSafe(touched[quoted(k)]) for k in keys]), how="left_semi")
+        steps = steps.unionByName(
+            _aligned(prior, columns).select(
+                *[F.col(quoted(c)) for c in columns],
+                *[F.lit(True).alias(f"{c}__set") for c in columns],
+                F.lit("PRIOR").alias("__op"),
+                F.lit(None).cast("timestamp").alias("commit_timestamp"),
+                F.lit(None).cast("string").alias("server_transaction_id"),
+                F.lit(0).alias("__order"),
+            )
+        )
+    # A column's value after each step: what the latest step that wrote it wrote (a REPLACE, a
+    # DELETE and the prior state write every column; a PATCH the columns it set).
+    ordered = Window.partitionBy(*map(quoted, keys)).orderBy("__order", "commit_timestamp")
+    upto = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    op = F.col("__op")
+
+    def state(c: str):
+        writes = op.isin("REPLACE", "DELETE", "PRIOR") | (F.col(quoted(f"{c}__set")) & (op == "PATCH"))
+        written = F.when(op == "DELETE", F.lit(None)).otherwise(F.col(quoted(c)))
+        return F.last(F.when(writes, F.struct(written.alias("v"))), ignorenulls=True).over(upto)["v"].alias(c)
+
+    folded = steps.select(
+        *[state(c) if c not in keys else F.col(quoted(c)) for c in columns],
+        F.col("commit_timestamp").alias(VALID_FROM),
+        F.lead("commit_timestamp").over(ordered).alias(VALID_TO),
+        F.col("server_transaction_id").alias(TRANSACTION),
+        F.when(op == "REPLACE", "INSERT").otherwise("UPDATE").alias(OPERATION),
+        op,
+    )
+    versions = folded.where(op.isin("REPLACE", "PATCH")).drop("__op").withColumn(_KIND, F.lit("version"))
+    closers = steps.where(F.col("__order") == 1).groupBy(*map(quoted, keys)).agg(F.min("commit_timestamp").alias(VALID_FROM))
+    source = versions.unionByName(closers.withColumn(_KIND, F.lit("close")), allowMissingColumns=True).localCheckpoint()
+
+    everything = history_columns(columns)
+    ensure_columns(spark, history, everything)
+    same_key = " AND ".join(f"t.{quoted(k)} <=> s.{quoted(k)}" for k in keys)
+    start, end, kind = quoted(VALID_FROM), quoted(VALID_TO), quoted(_KIND)
+    closes = f"s.{kind} = 'close' AND t.{start} < s.{start} AND (t.{end} IS NULL OR t.{end} = s.{start})"
+    names = ", ".join(quoted(c) for c in everything)
+    statement = (
+        f"ON {same_key} AND (({closes}) OR (s.{kind} = 'version' AND t.{start} = s.{start})) "
+        f"WHEN MATCHED AND s.{kind} = 'close' THEN UPDATE SET {end} = s.{start} "
+        f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{quoted(c)} = s.{quoted(c)}' for c in everything)} "
+        f"WHEN NOT MATCHED AND s.{kind} = 'version' THEN INSERT ({names}) VALUES ({', '.join(f's.{quoted(c)}' for c in everything)})"
+    )
+    with session_conf(spark, {MATERIALIZE_SOURCE: "none"}):  # the source is a checkpoint already (see mirrors)
+        history.merge(spark, source, statement)
+    return history.version()
+
+
+def _aligned(rows: DataFrame, columns: dict[str, dict]) -> DataFrame:
+    """``rows`` with every column of ``columns``: one added since they were written reads NULL."""
+    return rows.select(
+        *[F.col(quoted(c)) if c in rows.columns else F.lit(None).cast(spark_type(d["type"])).alias(c) for c, d in columns.items()]
+    )
+
+
+def history_at(history: DataFrame, cut: datetime) -> DataFrame:
+    """The versions of ``history`` (read at any version that includes ``cut``) valid at ``cut``: the table as of the cut."""
+    at = F.lit(cut).cast("timestamp")
+    return history.where((F.col(VALID_FROM) <= at) & (F.col(VALID_TO).isNull() | (F.col(VALID_TO) > at)))
