@@ -2,10 +2,13 @@
 
     cs-platform-lake cuts .demo/lake/BankStream            # every kept cut, and its mirror versions
     cs-platform-lake open .demo/lake/BankStream --engine duckdb [--cut 2026-11-25T07:00:00+00:00]
+    cs-platform-lake open .demo/lake/BankStream --history [--latest]
 
 ``open`` prints statements for Spark SQL, DuckDB or Trino that define one view per mirror, pinned
-at the cut (the latest by default); paste them into that engine. Everything is read from the
-manifest's Delta log (``published``).
+at the cut (the latest by default); paste them into that engine. With ``--history`` the views read
+the history tables at their latest version, filtered at the cut (``--latest``: at whatever cut is
+the latest when they are queried), which engines without time travel can do too. Everything is
+read from the manifest's Delta log (``published``).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import sys
 from datetime import datetime
 
 from cs_platform.landing.location import Location
-from cs_platform.lake.engines import ENGINES, CutTables, MissingReaderError, statements
+from cs_platform.lake.engines import ENGINES, CutTables, MissingReaderError, history_statements, statements
 from cs_platform.lake.published import CutNotFoundError, lake_location, manifest_log, published_cut, published_cuts
 
 
@@ -29,12 +32,21 @@ def main(argv: list[str] | None = None) -> int:
     opened.add_argument("lake", help="a stream's lake: <CS_PLATFORM_LAKE_ROOT>/<stream>, a directory or gs:// URI")
     opened.add_argument("--engine", choices=ENGINES, default="duckdb")
     opened.add_argument("--cut", type=_timestamp, help="the cut's timestamp as `cuts` lists it (default: the latest)")
+    opened.add_argument(
+        "--history", action="store_true", help="views over the history tables at their latest version, filtered at the cut (no time travel)"
+    )
+    opened.add_argument("--latest", action="store_true", help="with --history: views that always hold the latest published cut")
     args = parser.parse_args(argv)
     try:
         location = _lake(args.lake)
         if args.command == "cuts":
             for cut in published_cuts(location):
                 print(cut.to_json() if args.json else f"{cut.cut.isoformat()}  {_versions(cut.versions)}")
+        elif args.history:
+            tables = CutTables.of(location, published_cut(location, args.cut))
+            if not tables.histories:
+                raise NotALakeError(f"{args.lake} keeps no history table: set CS_PLATFORM_HISTORY_TABLES (docs/reading.md)")
+            print(history_statements(tables, args.engine, latest=args.latest), end="")
         else:
             print(statements(CutTables.of(location, published_cut(location, args.cut)), args.engine), end="")
     except (CutNotFoundError, MissingReaderError, NotALakeError) as e:

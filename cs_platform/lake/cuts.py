@@ -220,15 +220,12 @@ class Lake:
                 transactions, mods = kept.transactions, kept.mods
                 types = {t: c for t, c in types.items() if t in {table for table, _ in kept.descriptions}}
             with session_conf(self.spark, {USER_METADATA: cut_record(cut, previous)}):  # each commit names its cut
-                changed = {table: applied.where(F.col("table_name") == table) for table in types}
-                versions = {
-                    table: apply_changes(self.spark, self.mirror(table), changed[table], columns) for table, columns in types.items()
-                }
-                histories = {
-                    table: self._write_history(table, changed[table], columns, published)
-                    for table, columns in types.items()
-                    if self.history.keeps(table)
-                }
+                versions, histories = {}, {}
+                for table, columns in types.items():  # each mirror, then its history
+                    changed = applied.where(F.col("table_name") == table)
+                    versions[table] = apply_changes(self.spark, self.mirror(table), changed, columns)
+                    if self.history.keeps(table):
+                        histories[table] = self._write_history(table, changed, columns, published)
         finally:
             changes.unpersist()
         if not versions and previous is None:

@@ -19,7 +19,7 @@ import pyarrow as pa
 from cs_platform.landing.location import Location
 from cs_platform.lake.history_schema import VALID_FROM, VALID_TO
 from cs_platform.lake.identifiers import double_quoted, quoted, standard_string
-from cs_platform.lake.published import PublishedCut, history_log, mirror_log
+from cs_platform.lake.published import PublishedCut, history_log, manifest_log, mirror_log
 
 ENGINES = ("spark", "duckdb", "trino")
 TRINO_CATALOG, TRINO_SCHEMA = "delta", "cs_platform"
@@ -36,6 +36,7 @@ class CutTables:
     cut: PublishedCut
     uris: dict[str, str]  # table -> the mirror's URI
     histories: dict[str, str]  # table -> its history table's URI, for the tables that keep one
+    manifest: str  # the manifest's URI
 
     @classmethod
     def of(cls, location: Location, cut: PublishedCut) -> CutTables:
@@ -44,6 +45,7 @@ class CutTables:
             cut,
             {table: mirror_log(location, table).uri for table in cut.versions},
             {table: log.uri for table, log in histories.items() if log.exists()},
+            manifest_log(location).uri,
         )
 
     def pinned(self) -> list[tuple[str, str, int]]:
@@ -59,31 +61,42 @@ def statements(tables: CutTables, engine: str) -> str:
     return "\n".join([header, *{"spark": _spark, "duckdb": _duckdb, "trino": _trino}[engine](tables)]) + "\n"
 
 
-def history_statements(tables: CutTables, engine: str) -> str:
+def history_statements(tables: CutTables, engine: str, latest: bool = False) -> str:
     """Statements that define one view per history table holding the table as of the cut, read at
-    the history table's *latest* version: for engines without time travel (``history``). The
-    bound columns (``_valid_from`` ...) are kept in the view."""
+    the history table's *latest* version: for engines without time travel (``history``). With
+    ``latest``, the views hold the latest published cut, read from the manifest's latest version
+    whenever they are queried (a manifest row is written after every table of its cut committed).
+    The bound columns (``_valid_from`` ...) are kept in the views."""
     if engine not in ENGINES:
         raise ValueError(f"engine {engine!r} is not one of {', '.join(ENGINES)}")
-    cut = tables.cut.cut.astimezone(timezone.utc)
-    literal = {
-        "spark": f"TIMESTAMP'{cut.isoformat()}'",
-        "duckdb": f"TIMESTAMPTZ '{cut.isoformat()}'",
-        "trino": f"TIMESTAMP '{cut.strftime('%Y-%m-%d %H:%M:%S.%f')} UTC'",
-    }[engine]
     source = {
-        "spark": lambda table, uri: f"delta.{quoted(uri)}",
-        "duckdb": lambda table, uri: f"delta_scan({standard_string(uri)})",
-        "trino": lambda table, uri: f"{TRINO_CATALOG}.{TRINO_SCHEMA}.{double_quoted(('history_' + table).lower())}",
+        "spark": lambda name, uri: f"delta.{quoted(uri)}",
+        "duckdb": lambda name, uri: f"delta_scan({standard_string(uri)})",
+        "trino": lambda name, uri: f"{TRINO_CATALOG}.{TRINO_SCHEMA}.{double_quoted(name.lower())}",
     }[engine]
+    if latest:
+        cut = f"(SELECT max(cut_timestamp) FROM {source('manifest', tables.manifest)})"
+        header = "-- every history table as of the latest published cut (the manifest's), read at its latest version (no time travel)"
+    else:
+        at = tables.cut.cut.astimezone(timezone.utc)
+        cut = {
+            "spark": f"TIMESTAMP'{at.isoformat()}'",
+            "duckdb": f"TIMESTAMPTZ '{at.isoformat()}'",
+            "trino": f"TIMESTAMP '{at.strftime('%Y-%m-%d %H:%M:%S.%f')} UTC'",
+        }[engine]
+        header = f"-- every history table as of cut {tables.cut.cut.isoformat()}, read at its latest version (no time travel)"
+    histories = {f"history_{table}": (table, uri) for table, uri in sorted(tables.histories.items())}
+    lines = [header]
+    if engine == "duckdb":
+        lines += _duckdb_preamble()
+    if engine == "trino":
+        lines += _trino_registrations({"manifest": tables.manifest, **{name: uri for name, (_, uri) in histories.items()}})
     name = quoted if engine == "spark" else double_quoted
     view = "CREATE OR REPLACE TEMPORARY VIEW" if engine == "spark" else "CREATE OR REPLACE VIEW"
-    lines = [f"-- every history table as of cut {tables.cut.cut.isoformat()}, read at its latest version (no time travel)"]
-    lines += _duckdb_preamble() if engine == "duckdb" else []
     lines += [
-        f"{view} {name(table)} AS SELECT * FROM {source(table, uri)} "
-        f"WHERE {VALID_FROM} <= {literal} AND ({VALID_TO} IS NULL OR {VALID_TO} > {literal});"
-        for table, uri in sorted(tables.histories.items())
+        f"{view} {name(table)} AS SELECT * FROM {source(history, uri)} "
+        f"WHERE {VALID_FROM} <= {cut} AND ({VALID_TO} IS NULL OR {VALID_TO} > {cut});"
+        for history, (table, uri) in histories.items()
     ]
     return "\n".join(lines) + "\n"
 
@@ -114,15 +127,19 @@ def _trino(tables: CutTables) -> list[str]:
     """Trino reads a Delta table once it is registered in its metastore (once per table), then
     pins a version with ``FOR VERSION AS OF``. Trino folds names to lower case; Spanner's table
     names are unique ignoring case, so the lower-case names stay unique."""
-    lines = [f"-- once per table (catalog {TRINO_CATALOG!r} on the Delta Lake connector):"]
-    lines += [
-        f"CALL {TRINO_CATALOG}.system.register_table(schema_name => {standard_string(TRINO_SCHEMA)}, "
-        f"table_name => {standard_string(table.lower())}, table_location => {standard_string(uri)});"
-        for table, uri, _ in tables.pinned()
-    ]
+    lines = _trino_registrations({table: uri for table, uri, _ in tables.pinned()})
     return lines + [
         f"SELECT * FROM {TRINO_CATALOG}.{TRINO_SCHEMA}.{double_quoted(table.lower())} FOR VERSION AS OF {version};"
         for table, _, version in tables.pinned()
+    ]
+
+
+def _trino_registrations(uris: dict[str, str]) -> list[str]:
+    lines = [f"-- once per table (catalog {TRINO_CATALOG!r} on the Delta Lake connector):"]
+    return lines + [
+        f"CALL {TRINO_CATALOG}.system.register_table(schema_name => {standard_string(TRINO_SCHEMA)}, "
+        f"table_name => {standard_string(name.lower())}, table_location => {standard_string(uri)});"
+        for name, uri in uris.items()
     ]
 
 

@@ -9,10 +9,11 @@ was persisted, as the next chunk, read, is about to land), writes MARKER and wai
 (the run checks whether it was given up before landing) and writes MARKER.late if it lands at all.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
-``python -m cs_platform_tests.defs.processes lake CUTS MARKER``: a lake run as the lake sensor
-launches it (it keeps cutting) that, in the cut after it published CUTS, stops dead right after the
-first mirror's MERGE committed, before the other mirrors and the manifest; MARKER holds the mirror's
-URI and that cut.
+``python -m cs_platform_tests.defs.processes lake CUTS MARKER [mirror|history]``: a lake run as the
+lake sensor launches it (it keeps cutting) that, in the cut after it published CUTS, stops dead right
+after the first mirror's MERGE committed (or, with ``history``, the first history table's, which the
+cut writes right after its mirror), before the other tables and the manifest; MARKER holds that
+table's URI and the cut.
 
 Both read their configuration from the environment (``cs_platform.definitions``) and use the
 Dagster instance in DAGSTER_HOME, like processes launched by Dagster's run launcher.
@@ -135,7 +136,7 @@ def _crashing_cleanup(step: str, marker: Path) -> None:
         materialize(cleanup, resources=defs.resources, instance=instance)
 
 
-def _crashing_lake_run(after_cuts: int, marker: Path) -> None:
+def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> None:
     from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG, LAKE_TAG
     from cs_platform.lake import cuts
     from cs_platform_tests.lake.killed import stopping_after
@@ -150,7 +151,8 @@ def _crashing_lake_run(after_cuts: int, marker: Path) -> None:
         return result
 
     cuts.Lake.apply_cut = counted
-    cuts.apply_changes = stopping_after(cuts.apply_changes, marker, lambda: applying[-1].isoformat() if len(published) >= after_cuts else None)
+    write = {"mirror": "apply_changes", "history": "apply_history"}[table]
+    setattr(cuts, write, stopping_after(getattr(cuts, write), marker, lambda: applying[-1].isoformat() if len(published) >= after_cuts else None))
     defs = build_definitions()
     step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
     with DagsterInstance.get() as instance:
@@ -163,6 +165,6 @@ if __name__ == "__main__":
     elif sys.argv[1] == "cleanup":
         _crashing_cleanup(sys.argv[2], Path(sys.argv[3]))
     elif sys.argv[1] == "lake":
-        _crashing_lake_run(int(sys.argv[2]), Path(sys.argv[3]))
+        _crashing_lake_run(int(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])
     else:
         _crashing_run(sys.argv[2], sys.argv[3], Path(sys.argv[4]))

@@ -26,9 +26,17 @@ from cs_platform.definitions import build_definitions
 from cs_platform.dev.deadline import Deadline, load_per_core
 from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed
 from cs_platform.dev.sensor_loop import SensorLoop, evaluate_sensor
+from cs_platform.dev.workload import INITIAL_BALANCE
 from cs_platform.lake.cuts import Lake
+from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform_tests.defs.landing_oracle import ASSET, assert_no_loss, reads
 from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
+from cs_platform_tests.lake.readers import (
+    bank_without_time_travel,
+    check_history_at_cut,
+    latest_cut_without_time_travel,
+    versions_after,
+)
 
 
 def stale_run_seconds() -> float:
@@ -235,25 +243,34 @@ def test_a_lake_run_killed_between_a_mirror_commit_and_the_manifest_loses_and_du
     bank_stream, dagster_instance, spark, tmp_path, monkeypatch
 ):
     """A long-lived lake run (as the lake sensor launches it) has published a cut, and is killed in
-    the next one after a mirror committed and before the manifest: readers never see that cut, and
-    the next lake run applies the stream from the last published cut with nothing lost or doubled."""
+    the next one after a table's mirror and its history committed, before the other tables and the
+    manifest: readers never see that cut. A reader without time travel, reading every history table
+    at its latest version (the killed cut's versions in one of them) at the manifest's latest cut,
+    sees a consistent bank. The next lake run applies the stream from the last published cut with
+    nothing lost or doubled."""
     monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "1")
+    monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "all")
     workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds())
     marker = tmp_path / "lake.marker"
-    lake = Lake(spark, str(tmp_path / "lake" / "BankStream"))
+    lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
-        victim = spawn("lake", "1", str(marker))
+        victim = spawn("lake", "1", str(marker), "history")
         loop.run_until(lambda: marker.exists() or victim.poll() is not None, timeout_s=300, drain=False)
         assert victim.poll() is None, "the lake run ended before its second cut"
         time.sleep(0.1)  # the marker's two lines are written at once
-        mirror, killed_cut = marker.read_text().splitlines()
+        history, killed_cut = marker.read_text().splitlines()
         published = lake.cuts()
         os.killpg(victim.pid, signal.SIGKILL)  # the Python driver and its Spark JVM
         assert victim.wait(timeout=30) == -signal.SIGKILL
         assert len(published) >= 2 and lake.cuts() == published  # the snapshot, then a cut of the run
         assert datetime.fromisoformat(killed_cut) > published[-1]  # its cut never reached the manifest,
-        table = mirror.rstrip("/").rsplit("/", 1)[-1]
-        assert lake.mirror(table).version() > lake.last_published().versions[table]  # though a mirror committed it
+        table = history.rstrip("/").rsplit("/", 1)[-1]
+        assert lake.mirror(table).version() > lake.last_published().versions[table]  # though its mirror committed it
+        assert latest_cut_without_time_travel(lake) == published[-1]
+        assert versions_after(lake, table, published[-1]) > 0  # and its history holds versions of the killed cut
+        check_history_at_cut(lake, published[-1])  # yet read at the published cut, every history is its mirror
+        accounts, total = bank_without_time_travel(lake)
+        assert accounts > 0 and total == INITIAL_BALANCE * accounts  # no transfer half visible
         stop.set()
         loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
     writer.join()

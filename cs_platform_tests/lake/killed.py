@@ -1,4 +1,4 @@
-"""What the kill tests' child processes share: a lake step that stops dead after a mirror commits."""
+"""What the kill tests' child processes share: a lake step that stops dead after a mirror or history table commits."""
 
 import time
 from pathlib import Path

@@ -4,14 +4,15 @@ they all equal the mirrors Spark opens with ``Lake.mirrors_at_cut``."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 import duckdb
 
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.engines import CutTables, history_statements, read_arrow, statements
-from cs_platform.lake.history_schema import VALID_FROM
-from cs_platform.lake.identifiers import double_quoted
+from cs_platform.lake.history_schema import OPERATION, SNAPSHOT, VALID_FROM, VALID_TO
+from cs_platform.lake.identifiers import double_quoted, standard_string
 from cs_platform.lake.mirrors import primary_key
 from cs_platform.lake.published import PublishedCut, cut_of_version, published_cut
 from cs_platform.lake.types import utc
@@ -95,3 +96,58 @@ def check_history_at_cut(lake: Lake, cut: datetime) -> None:
             expected = _sorted(mirrors[table].collect())
             read = _sorted(con.execute(f"SELECT {', '.join(map(double_quoted, columns))} FROM {double_quoted(table)}").fetchall())
             assert read == expected, f"history of {table} at cut {cut.isoformat()} is not its mirror: {read[:3]} vs {expected[:3]}"
+
+
+def check_history_intervals(lake: Lake, table: str, writes: dict[str, list[tuple[datetime, str]]]) -> int:
+    """The versions of ``table``'s history against the source's commit log (``writes``: per key, as
+    the canonical JSON of its key columns, the (commit timestamp, mod type) of every transaction
+    that wrote it, ascending): per key the validity intervals do not overlap; a version ends where
+    the next begins unless the key was deleted in between, and then at the delete; only the last
+    may be open; every bound is a commit timestamp of a transaction that wrote the key (a snapshot
+    version begins at the snapshot's cut). Returns how many versions were checked."""
+    history = lake.history_table(table)
+    keys = primary_key(lake.spark, history)
+    versions: dict[str, list[dict]] = {}
+    for row in history_versions(lake, table):
+        versions.setdefault(json.dumps({k: row[k] for k in keys}, sort_keys=True), []).append(row)
+    for key, rows in versions.items():
+        committed = dict(writes.get(key, []))
+        for row, after in zip(rows, rows[1:] + [None]):
+            where = f"{table} {key} version from {row[VALID_FROM]}"
+            assert row[OPERATION] == SNAPSHOT or row[VALID_FROM] in committed, f"{where}: not a commit that wrote the key"
+            if after is None:
+                continue
+            assert row[VALID_TO] is not None and row[VALID_TO] <= after[VALID_FROM], f"{where} overlaps the next ({row[VALID_TO]})"
+            if row[VALID_TO] < after[VALID_FROM]:
+                assert committed.get(row[VALID_TO]) == "DELETE", f"{where} ends at {row[VALID_TO]}, which deleted nothing"
+        last = rows[-1]
+        if last[VALID_TO] is not None:
+            assert committed.get(last[VALID_TO]) == "DELETE", f"{table} {key}: its last version ends at {last[VALID_TO]}, not at a delete"
+    return sum(len(rows) for rows in versions.values())
+
+
+def _duckdb_read(lake: Lake, query) -> tuple:
+    """``query(tables)``'s first row, in DuckDB, after the no-time-travel views at the latest cut."""
+    tables = CutTables.of(lake.location, published_cut(lake.location))
+    with duckdb.connect() as con:
+        con.execute(history_statements(tables, "duckdb", latest=True))
+        return con.execute(query(tables)).fetchone()
+
+
+def latest_cut_without_time_travel(lake: Lake) -> datetime:
+    """The latest published cut as an engine without time travel finds it: the manifest's latest rows."""
+    (cut,) = _duckdb_read(lake, lambda t: f"SELECT max(cut_timestamp) FROM delta_scan({standard_string(t.manifest)})")
+    return comparable(cut)
+
+
+def versions_after(lake: Lake, table: str, cut: datetime) -> int:
+    """How many versions ``table``'s history holds (latest version) that begin after ``cut``."""
+    at = f"TIMESTAMPTZ {standard_string(cut.astimezone(timezone.utc).isoformat())}"
+    (count,) = _duckdb_read(lake, lambda t: f"SELECT count(*) FROM delta_scan({standard_string(t.histories[table])}) WHERE {VALID_FROM} > {at}")
+    return count
+
+
+def bank_without_time_travel(lake: Lake) -> tuple[int, int]:
+    """(accounts, total balance) of the bank at the latest published cut, from the history tables
+    at their latest version (``engines.history_statements(latest=True)``, what BigQuery or Athena run)."""
+    return _duckdb_read(lake, lambda t: 'SELECT count(*), sum("Balance") FROM "Accounts"')

@@ -4,7 +4,9 @@ sensor's runs land them, and cuts are applied at the low watermark while it all 
 is T0, the snapshot. At every cut in the manifest, T0 included, the mirrors are a consistent
 snapshot of the source (``oracle.check_bank_cut``: balances sum up, the two tables agree, both
 equal the source read at the cut), and DuckDB, deltalake and Spark SQL open it, at the versions the
-manifest's log gives, exactly as Spark does (``readers.check_readers_agree``).
+manifest's log gives, exactly as Spark does (``readers.check_readers_agree``). The history tables,
+read by DuckDB at their latest version and filtered at the cut, are the mirrors at every cut, and
+their validity intervals are bounded by the writer's own commit timestamps.
 """
 
 import threading
@@ -20,7 +22,8 @@ from cs_platform.landing.store import LandingStore
 from cs_platform.dev.oracle import bank_source_at, check_bank_cut, committed, landed
 from cs_platform.dev.workload import start_after
 from cs_platform_tests.defs.processes import SENSOR
-from cs_platform_tests.lake.readers import check_readers_agree
+from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform_tests.lake.readers import check_history_at_cut, check_history_intervals, check_readers_agree
 
 WINDOW_SECONDS = 45  # the emulator's partitions churn every 3 s: splits and merges in any window this long
 BEFORE_START = 200  # transfers committed before the stream's start: only the snapshot brings them
@@ -33,7 +36,7 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
     end = start + timedelta(seconds=WINDOW_SECONDS)
     bank_stream.configure(start, end)
     writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=5), 40), kwargs={"accounts": 0}, daemon=True)
-    lake = Lake(spark, str(tmp_path / "lake" / "BankStream"))
+    lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
     cutter = Cutter(lake, LandingStore(str(bank_stream.landing_root)), bank_stream.store, bank_stream.target, "BankStream", interval_s=1)
     writer.start()
     cutter.start()
@@ -54,5 +57,13 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
     for cut in cuts:
         check_bank_cut(lake, bank_stream.bank, cut)
         check_readers_agree(lake, cut)
+        check_history_at_cut(lake, cut)  # read without time travel, the history at the cut is the mirror
+    writes: dict[tuple[str, str], list] = {}
+    for transaction in workload.committed:
+        for mod in transaction.mods:
+            writes.setdefault((mod.table, mod.keys), []).append((transaction.commit_timestamp, mod.mod_type))
+    for table in ("Accounts", "Transfers"):
+        of_table = {key: sorted(w) for (t, key), w in writes.items() if t == table}
+        assert check_history_intervals(lake, table, of_table) >= len(of_table)  # every key written has a version
     final_accounts, final_transfers = bank_source_at(bank_stream.bank, end)
     assert len(final_transfers) > 500 + BEFORE_START and len(final_accounts) == 10
