@@ -13,6 +13,9 @@ table ``Accounts``), then:
   plain append of the landed rows, as the changelog takes them; one bare MERGE of as many keys into a
   copy of the mirror, same size and layout, its source already computed; a one-row manifest append).
 
+- **history**: the same small and large cuts on two lakes of ``--history-rows`` keys, one of them
+  keeping a history table (``CS_PLATFORM_HISTORY_TABLES``): ``*_cut_history_over_without``.
+
 A maintenance pass (what the schedule runs, keeping the latest cut) runs before every ``--maintain-every``-th
 growth cut and prints its seconds, jobs and files before -> after.
 
@@ -39,6 +42,7 @@ from py4j.protocol import Py4JJavaError
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.lake.cuts import Lake
+from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.delta import session_conf
 from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.maintenance import maintain
@@ -260,12 +264,35 @@ def scale(bench: Bench, mirror_rows: int, mods: int) -> None:
     print(f"mirror_rows_copied_large_cut: {large['rows_copied']}")
 
 
+def history_cost(bench: Bench, rows: int, mods: int, repeats: int = 3) -> None:
+    """The same cuts on two lakes of ``rows`` keys, one keeping a history table of Accounts: the
+    history's share of a cut (medians of ``repeats`` cuts each, taken in turns)."""
+    lakes = {
+        "without": Lake(bench.spark, str(bench.work / "no_history_lake")),
+        "with": Lake(bench.spark, str(bench.work / "history_lake"), history=HistoryPolicy(None)),
+    }
+    landings = {name: Landing(bench.work / f"{name}_history_landing") for name in lakes}
+    for name, lake in lakes.items():
+        bench.cut(lake, landings[name], inserts=rows, updates=0)
+        bench.cut(lake, landings[name], inserts=0, updates=10)  # warm
+    for size, updates in (("small", 10), ("large", mods)):
+        seconds: dict[str, list[float]] = {name: [] for name in lakes}
+        for _ in range(repeats):
+            for name, lake in lakes.items():
+                seconds[name].append(bench.cut(lake, landings[name], inserts=0, updates=updates)["seconds"])
+        without, with_history = statistics.median(seconds["without"]), statistics.median(seconds["with"])
+        print(f"{size}_cut_without_history_s: {without:.2f}  # {updates} mods, {rows} keys")
+        print(f"{size}_cut_with_history_s: {with_history:.2f}")
+        print(f"{size}_cut_history_over_without: {with_history / without:.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cuts", type=int, default=16)
     parser.add_argument("--mods", type=int, default=10_000)
     parser.add_argument("--new-keys", type=int, default=1_000)
     parser.add_argument("--mirror-rows", type=int, default=1_000_000)
+    parser.add_argument("--history-rows", type=int, default=100_000, help="keys of the lakes that compare cuts with and without history")
     parser.add_argument("--maintain-every", type=int, default=8, help="a maintenance pass before every N-th growth cut (0: never)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lake_cost_"))
@@ -274,6 +301,7 @@ def main() -> None:
         bench = Bench(spark, work)
         growth(bench, args.cuts, args.mods, args.new_keys, args.maintain_every)
         scale(bench, args.mirror_rows, args.mods)
+        history_cost(bench, args.history_rows, args.mods)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
