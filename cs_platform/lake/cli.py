@@ -3,6 +3,7 @@
     cs-platform-lake cuts .demo/lake/BankStream            # every kept cut, and its mirror versions
     cs-platform-lake open .demo/lake/BankStream --engine duckdb [--cut 2026-11-25T07:00:00+00:00]
     cs-platform-lake open .demo/lake/BankStream --history [--latest]
+    cs-platform-lake features .demo/lake/BankStream       # the Delta protocol of every table
 
 ``open`` prints statements for Spark SQL, DuckDB or Trino that define one view per mirror, pinned
 at the cut (the latest by default); paste them into that engine. With ``--history`` the views read
@@ -18,7 +19,7 @@ import sys
 from datetime import datetime
 
 from cs_platform.landing.location import Location
-from cs_platform.lake.engines import ENGINES, CutTables, MissingReaderError, history_statements, statements
+from cs_platform.lake.engines import ENGINES, CutTables, MissingReaderError, history_statements, statements, table_protocols
 from cs_platform.lake.published import CutNotFoundError, lake_location, manifest_log, published_cut, published_cuts
 
 
@@ -36,12 +37,20 @@ def main(argv: list[str] | None = None) -> int:
         "--history", action="store_true", help="views over the history tables at their latest version, filtered at the cut (no time travel)"
     )
     opened.add_argument("--latest", action="store_true", help="with --history: views that always hold the latest published cut")
+    features = commands.add_parser("features", help="the Delta protocol of every table: what a reader must support")
+    features.add_argument("lake", help="a stream's lake: <CS_PLATFORM_LAKE_ROOT>/<stream>, a directory or gs:// URI")
     args = parser.parse_args(argv)
     try:
         location = _lake(args.lake)
         if args.command == "cuts":
             for cut in published_cuts(location):
                 print(cut.to_json() if args.json else f"{cut.cut.isoformat()}  {_versions(cut.versions)}")
+        elif args.command == "features":
+            for table, p in table_protocols(location).items():
+                print(
+                    f"{table}: reader {p.min_reader_version} [{', '.join(p.reader_features) or '-'}], writer {p.min_writer_version} "
+                    f"[{', '.join(p.writer_features) or '-'}], timestamps {', '.join(p.timestamp_types) or '-'}"
+                )
         elif args.history:
             tables = CutTables.of(location, published_cut(location, args.cut))
             if not tables.histories:

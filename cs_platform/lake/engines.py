@@ -15,13 +15,19 @@ from datetime import timezone
 from pathlib import Path
 
 import pyarrow as pa
+from pyarrow import fs as pafs
 
 from cs_platform.landing.location import Location
+from cs_platform.lake.delta_log import DeltaLog
 from cs_platform.lake.history_schema import VALID_FROM, VALID_TO
 from cs_platform.lake.identifiers import double_quoted, quoted, standard_string
 from cs_platform.lake.published import PublishedCut, history_log, manifest_log, mirror_log
 
 ENGINES = ("spark", "duckdb", "trino")
+# What every engine in docs/reading.md reads (Spark, DuckDB, deltalake, Trino, BigQuery, Athena,
+# Snowflake): reader protocol 3 with deletion vectors, instants as TIMESTAMP (not TIMESTAMP_NTZ). The
+# lake's tables are kept to it (a test reads every table's protocol).
+READER_VERSION, READER_FEATURES, TIMESTAMP_TYPES = 3, frozenset({"deletionVectors"}), frozenset({"timestamp"})
 TRINO_CATALOG, TRINO_SCHEMA = "delta", "cs_platform"
 
 
@@ -155,6 +161,47 @@ def read_arrow(tables: CutTables, storage_options: dict[str, str] | None = None)
         query = QueryBuilder().register("mirror", DeltaTable(uri, version=version, storage_options=storage_options))
         opened[table] = pa.table(query.execute("SELECT * FROM mirror").read_all())
     return opened
+
+
+@dataclass(frozen=True)
+class TableProtocol:
+    """What a reader must support to read one table (Delta's protocol action), and its timestamp types."""
+
+    min_reader_version: int
+    min_writer_version: int
+    reader_features: tuple[str, ...]
+    writer_features: tuple[str, ...]
+    timestamp_types: tuple[str, ...]  # "timestamp" (an instant, UTC) and/or "timestamp_ntz"
+
+
+def table_protocols(location: Location) -> dict[str, TableProtocol]:
+    """The protocol of every Delta table of one stream's lake (changelog, manifest, mirrors/<t>,
+    history/<t>, quarantine), read by ``deltalake`` from each table's log."""
+    try:
+        from deltalake import DeltaTable
+    except ImportError as e:
+        raise MissingReaderError("reading table protocols needs the deltalake package: pip install 'deltalake>=1.6'") from e
+    found = {}
+    for name in ("changelog", "manifest", "quarantine"):
+        found[name] = DeltaLog.under(location, name)
+    for folder in ("mirrors", "history"):
+        for table in location.filesystem.get_file_info(pafs.FileSelector(f"{location.base}/{folder}", allow_not_found=True)):
+            found[f"{folder}/{table.base_name}"] = DeltaLog.under(location, folder, table.base_name)
+    protocols = {}
+    for name, log in sorted(found.items()):
+        if not log.exists():
+            continue
+        table = DeltaTable(log.uri)
+        protocol = table.protocol()
+        types = sorted({str(f.type.type) for f in table.schema().fields if str(getattr(f.type, "type", "")).startswith("timestamp")})
+        protocols[name] = TableProtocol(
+            protocol.min_reader_version,
+            protocol.min_writer_version,
+            tuple(sorted(protocol.reader_features or ())),
+            tuple(sorted(protocol.writer_features or ())),
+            tuple(types),
+        )
+    return protocols
 
 
 def duckdb_delta_extension() -> str:

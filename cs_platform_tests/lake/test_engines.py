@@ -9,7 +9,16 @@ import pytest
 
 from cs_platform.lake.cli import main
 from cs_platform.lake.cuts import Lake
-from cs_platform.lake.engines import CutTables, duckdb_delta_extension, statements
+from cs_platform.lake.engines import (
+    READER_FEATURES,
+    READER_VERSION,
+    TIMESTAMP_TYPES,
+    CutTables,
+    duckdb_delta_extension,
+    statements,
+    table_protocols,
+)
+from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.published import cut_of_version, published_cut, published_cuts
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.bank_landing import land_bank
@@ -44,6 +53,20 @@ def test_every_engine_reads_each_published_cut_as_spark_does(bank_lake, local_ti
     assert published_cut(lake.location).cut == cuts[-1]
 
 
+def test_every_table_keeps_to_what_the_common_engines_read(spark, tmp_path):
+    """Reader protocol, reader features and timestamp types of every table, history included."""
+    landing = LandingStore(str(tmp_path / "landing"))
+    cut = land_bank(landing, accounts=5, transfers=10, files=1)[0]
+    lake = Lake(spark, str(tmp_path / "lake"), history=HistoryPolicy(None))
+    lake.changelog.ingest(landing.files("Bank"))
+    assert lake.apply_cut(cut).applied
+    protocols = table_protocols(lake.location)
+    assert {"changelog", "manifest", "mirrors/Accounts", "history/Accounts"} <= set(protocols)
+    for table, protocol in protocols.items():
+        assert protocol.min_reader_version <= READER_VERSION and set(protocol.reader_features) <= READER_FEATURES, (table, protocol)
+        assert set(protocol.timestamp_types) <= TIMESTAMP_TYPES, (table, protocol)
+
+
 def test_the_command_lists_cuts_and_prints_statements_without_spark(bank_lake, tmp_path, capsys):
     lake, cuts = bank_lake
     assert main(["cuts", lake.root]) == 0
@@ -62,6 +85,8 @@ def test_the_command_lists_cuts_and_prints_statements_without_spark(bank_lake, t
     assert "<CS_PLATFORM_LAKE_ROOT>/<stream>" in capsys.readouterr().err
     assert main(["open", lake.root, "--cut", "2020-01-01T00:00:00+00:00"]) == 2
     assert "not a cut, or older than the cuts lake maintenance keeps" in capsys.readouterr().err
+    assert main(["open", lake.root, "--history"]) == 2
+    assert "keeps no history table: set CS_PLATFORM_HISTORY_TABLES" in capsys.readouterr().err
 
     # The installed command, in a fresh process: it never imports PySpark.
     script = (
