@@ -24,6 +24,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import duckdb
 from dagster import DagsterInstance
 
 from cs_platform.changestream.metadata import PartitionMetadataStore, lineage, utc_now
@@ -35,6 +36,8 @@ from cs_platform.dev.oracle import committed, landed
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.cuts import Lake
+from cs_platform.lake.engines import CutTables, history_statements
+from cs_platform.lake.published import published_cut
 from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.lake.spark import delta_spark_session, warm_delta
 from cs_platform.lake.types import utc
@@ -74,6 +77,7 @@ def main() -> None:
             CS_PLATFORM_END_TIMESTAMP=end.isoformat(),
             CS_PLATFORM_SOFT_TIMEOUT_SECONDS="3",
             CS_PLATFORM_HEARTBEAT_MILLIS="500",
+            CS_PLATFORM_HISTORY_TABLES="all",  # every version of every row, beside the mirrors
         )
         resources = configured_resources(os.environ)  # what the Dagster definitions use, read now
         store = resources[change_stream_resource_key(STREAM)].metadata_store()
@@ -94,6 +98,7 @@ def main() -> None:
         report(store, loop, workload, landing, start, end)
         report_snapshot(cutter.snapshot)
         report_cuts(lake, workload.committed[-1].commit_timestamp)
+        report_readers(lake)
 
 
 class Progress:
@@ -160,6 +165,21 @@ def report_cuts(lake: Lake, writes_ended: datetime) -> None:
     lags = [(published[cut] - cut).total_seconds() for cut in cuts]
     print(f"cut lag (cut published - cut timestamp): max {max(lags):.1f}s, last {lags[-1]:.1f}s" if lags else "no cuts")
     print(f"open them together with Lake(spark, {lake.root!r}).mirrors_at_cut(cut)")
+
+
+def report_readers(lake: Lake) -> None:
+    """The bank at the latest cut as DuckDB reads it from the history tables, without Spark and
+    without time travel: the statements are printed for the user to paste, and run here first."""
+    tables = CutTables.of(lake.location, published_cut(lake.location))
+    sql = history_statements(tables, "duckdb", latest=True) + 'SELECT count(*) AS accounts, sum("Balance") AS total FROM "Accounts";\n'
+    with duckdb.connect() as con:
+        accounts, total = con.execute(sql).fetchone()
+    if total != INITIAL_BALANCE * accounts:
+        raise SystemExit(f"DuckDB reads {accounts} accounts summing to {total} from the history tables")
+    print("\nDuckDB reads the bank at the latest cut from the history tables, without Spark or time travel "
+          f"({accounts} accounts, sum {total}); paste this into DuckDB {duckdb.__version__}:")
+    print(sql)
+    print(f"every mirror of any cut, for Spark SQL, DuckDB or Trino: .venv/bin/cs-platform-lake open {lake.root} --engine duckdb")
 
 
 if __name__ == "__main__":
