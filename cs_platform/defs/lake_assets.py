@@ -21,6 +21,7 @@ location, and a reader run must not pay for them (``defs.resources.SparkResource
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -132,13 +133,11 @@ def lake_definitions(
     history_key = AssetKey([slug, "history"]) if history else None
     assets = LakeAssets(stream, AssetKey([slug, "changelog"]), AssetKey([slug, "mirrors"]), rebuilds, history_key)
     changelog_key, mirrors_key = assets.changelog, assets.mirrors
-    group = f"{slug}_lake"
+    spec = partial(AssetSpec, group_name=f"{slug}_lake", kinds={"spark", "delta"})
     history_specs = [
-        AssetSpec(
+        spec(
             history_key,
             deps=[mirrors_key],
-            group_name=group,
-            kinds={"spark", "delta"},
             description=(
                 f"Type-2 history of the tables of {stream} named by CS_PLATFORM_HISTORY_TABLES: one row per version of "
                 "a source row, full row state, _valid_from/_valid_to = Spanner commit timestamps, _transaction_id, "
@@ -152,18 +151,14 @@ def lake_definitions(
     @multi_asset(
         name=f"{slug}_cut",
         specs=[
-            AssetSpec(
+            spec(
                 changelog_key,
                 deps=[landed_changes],
-                group_name=group,
-                kinds={"spark", "delta"},
                 description=f"Every mod of stream {stream}, one Delta row each, ingested from landing files exactly once.",
             ),
-            AssetSpec(
+            spec(
                 mirrors_key,
                 deps=[changelog_key, rebuilds],
-                group_name=group,
-                kinds={"spark", "delta"},
                 freshness_policy=None
                 if bounded
                 else FreshnessPolicy.time_window(
