@@ -9,6 +9,7 @@ nothing read grows with the table's data.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator, Self
@@ -68,16 +69,28 @@ class DeltaLog:
         """The ``operationMetrics`` ``version``'s commit recorded (numOutputRows, ...)."""
         return self._commit_info(version).get("operationMetrics", {})
 
-    def recorded(self, newest_first: bool = True) -> Iterator[tuple[int, dict[str, Any]]]:
+    def recorded(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """(version, what it recorded) of each commit that recorded ``userMetadata`` (a JSON
-        object); commits without it (maintenance, say) are passed over. Newest first by default:
-        a caller after the latest record reads one or two commit files, not the whole log."""
+        object), newest first; commits without it (maintenance, say) are passed over. Lazy: a
+        caller after the latest record reads one or two commit files, not the whole log."""
+        for version in reversed(self._commits()):
+            metadata = self._recorded_in(version)
+            if metadata is not None:
+                yield version, metadata
+
+    def all_recorded(self, workers: int = 16) -> list[tuple[int, dict[str, Any]]]:
+        """:meth:`recorded` for every commit, oldest first, reading the commit files ``workers`` at a
+        time: a listing of a log with a commit every few seconds reads thousands of small files, and on
+        an object store each is a round trip."""
         versions = self._commits()
-        for version in reversed(versions) if newest_first else versions:
-            infos = (action["commitInfo"] for action in self._commit(version) if "commitInfo" in action)
-            metadata = next(infos, {}).get("userMetadata")
-            if metadata:
-                yield version, json.loads(metadata)
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="delta-log") as pool:
+            found = pool.map(self._recorded_in, versions)
+        return [(version, metadata) for version, metadata in zip(versions, found) if metadata is not None]
+
+    def _recorded_in(self, version: int) -> dict[str, Any] | None:
+        infos = (action["commitInfo"] for action in self._commit(version) if "commitInfo" in action)
+        metadata = next(infos, {}).get("userMetadata")
+        return json.loads(metadata) if metadata else None
 
     def last_commit_metadata(self) -> dict[str, Any] | None:
         """What the latest commit that recorded ``userMetadata`` recorded; None if none did."""

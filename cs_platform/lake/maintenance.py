@@ -97,7 +97,7 @@ def maintain(lake: Lake, kept_seconds: float, margin_seconds: float) -> Maintena
     tables += [(f"mirrors/{name}", lake.mirror(name), version) for name, version in sorted(pinned.items())]
     # The manifest's log keeps the commit of every kept cut: that is where ``published`` reads them.
     oldest = cuts[0].isoformat() if cuts else None
-    recorded = (version for version, r in lake.manifest.recorded(newest_first=False) if r.get("cut") == oldest)
+    recorded = (version for version, r in lake.manifest.all_recorded() if r.get("cut") == oldest)
     tables.append(("manifest", lake.manifest, next(recorded, None)))
     with session_conf(lake.spark, {_LISTING_TASKS: "8"}):
         done = tuple(_maintain_table(lake.spark, name, table, version, margin_seconds) for name, table, version in tables if table.exists())

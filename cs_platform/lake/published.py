@@ -96,11 +96,12 @@ def latest_cut(location: Location) -> PublishedCut | None:
 
 
 def published_cuts(location: Location) -> list[PublishedCut]:
-    """Every kept cut, oldest first. Reads each manifest commit of the kept window once; a cut
-    published twice (a mirror rebuilt at the latest cut records new versions) counts as recorded last."""
+    """Every kept cut, oldest first. Reads every commit file of the manifest's log (concurrently;
+    the log reaches back to the oldest kept cut, see ``maintenance``); a cut published twice (a
+    mirror rebuilt at the latest cut records new versions) counts as recorded last."""
     cuts: dict[datetime, PublishedCut] = {}
     expired: datetime | None = None
-    for _, recorded in manifest_log(location).recorded(newest_first=False):
+    for _, recorded in manifest_log(location).all_recorded():
         if "cut" in recorded:
             published = PublishedCut.from_json(recorded)
             cuts[published.cut] = published
@@ -116,10 +117,19 @@ def published_cut(location: Location, cut: datetime | None = None) -> PublishedC
         if latest is None:
             raise CutNotFoundError(f"no cut is published in {manifest_log(location).uri} yet")
         return latest
-    found = [c for c in published_cuts(location) if c.cut == cut]
-    if not found:
-        raise CutNotFoundError(
-            f"no cut at {cut.isoformat()} in {manifest_log(location).uri}: not a cut, or older than the cuts lake "
-            "maintenance keeps (CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS); `cs-platform-lake cuts <lake>` lists the kept ones"
-        )
-    return found[0]
+    if cut.tzinfo is None:
+        raise ValueError(f"cut {cut.isoformat()} has no time zone: give it in UTC, as published cuts are")
+    # Newest first, stopping at the cut: cuts grow with the manifest's versions, and a maintenance
+    # commit that dropped the cut is newer than the cut's own commit.
+    for _, recorded in manifest_log(location).recorded():
+        if EXPIRED_BEFORE in recorded and datetime.fromisoformat(recorded[EXPIRED_BEFORE]) > cut:
+            break
+        published = PublishedCut.from_json(recorded) if "cut" in recorded else None
+        if published is not None and published.cut == cut:
+            return published
+        if published is not None and published.cut < cut:
+            break
+    raise CutNotFoundError(
+        f"no cut at {cut.isoformat()} in {manifest_log(location).uri}: not a cut, or older than the cuts lake "
+        "maintenance keeps (CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS); `cs-platform-lake cuts <lake>` lists the kept ones"
+    )
