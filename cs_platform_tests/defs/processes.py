@@ -2,8 +2,8 @@
 
 ``python -m cs_platform_tests.defs.processes loop``: the sensor loop with its run workers, forever.
 ``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
-partition KEY that stops dead at POINT (``before_landing``; ``after_landing``: after the landing
-write and before the watermark update; ``between_chunks``: after a chunk landed and its watermark
+partition KEY that stops dead at POINT (``before_landing``; ``after_landing``: after a landing
+write that wrote rows (or the partition's last, or any after 20 s) and before the watermark update; ``between_chunks``: after a chunk landed and its watermark
 was persisted, as the next chunk, read, is about to land), writes MARKER and waits to be killed; or, for
 ``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
 (the run checks whether it was given up before landing) and writes MARKER.late if it lands at all.
@@ -43,9 +43,11 @@ SENSOR = "bank_stream_partition_sensor"
 JOB = "bank_stream_read_partition"
 
 
-def spawn(*args: str) -> subprocess.Popen:
-    """Start this module in a new session (its own process group, so killpg reaches its workers)."""
-    return subprocess.Popen([sys.executable, "-m", __name__, *args], start_new_session=True, stdout=subprocess.DEVNULL)
+def spawn(*args: str, **settings: str) -> subprocess.Popen:
+    """Start this module in a new session (its own process group, so killpg reaches its workers),
+    with ``settings`` over this process's environment."""
+    env = {**os.environ, **settings}
+    return subprocess.Popen([sys.executable, "-m", __name__, *args], start_new_session=True, stdout=subprocess.DEVNULL, env=env)
 
 
 def wait_for(path: Path, timeout_s: float = 90) -> dict:
@@ -58,6 +60,9 @@ def wait_for(path: Path, timeout_s: float = 90) -> dict:
     return json.loads(path.read_text())
 
 
+AFTER_LANDING_PATIENCE_S = 20  # an after_landing run waits this long for a landing with rows
+
+
 def _run_until_killed() -> None:
     with DagsterInstance.get() as instance, SensorLoop(build_definitions, instance, SENSOR) as loop:
         loop.run_until(lambda: False, timeout_s=3600)
@@ -65,7 +70,7 @@ def _run_until_killed() -> None:
 
 def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
     land, persist, check = LandingStore.write, PartitionMetadataStore.record_progress, reading._stop_if_given_up
-    last = {}
+    last, started = {}, time.monotonic()
 
     def stop_dead(landed, **more) -> None:
         found = {"pid": os.getpid(), "landed": landed.path if landed else None, "rows": landed.rows if landed else 0, **more}
@@ -80,8 +85,13 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
         if last.get("resumed"):
             marker.with_suffix(".late").write_text(key)
         last["landed"] = land(self, stream, key, batch)
-        if point == "after_landing":
-            stop_dead(last["landed"])
+        # Runs land every few seconds, heartbeats alone included (nothing to land, the watermark
+        # persisted): stop at the first landing that wrote rows, at the partition's last (it ended:
+        # a split or a merge), or at any after a while for a partition that gets no rows. The
+        # marker says which watermark the run persisted before.
+        patience_over = time.monotonic() - started > AFTER_LANDING_PATIENCE_S
+        if point == "after_landing" and (last["landed"] is not None or batch.finished or patience_over):
+            stop_dead(last["landed"], watermark=last.get("watermark"))
         return last["landed"]
 
     def record_progress(self, token, watermark, finished):

@@ -10,6 +10,7 @@ from dagster import AssetKey, build_sensor_context, materialize
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.workload import BANK_TABLES
 from cs_platform.lake.cuts import Lake
+from cs_platform_tests.lake.readers import check_history_at_cut
 from cs_platform.lake.identifiers import quoted, sql_string
 
 BRANCHES = ["BranchId", "City", "Staff"]
@@ -27,6 +28,7 @@ def check(result) -> dict:
 
 def test_a_table_added_later_and_a_drifted_mirror_are_rebuilt_from_the_ui(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
+    monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "all")  # a rebuild reseeds the table's history
     bank = bank_stream.bank
     bank.update_ddl(["CREATE TABLE Branches (BranchId INT64 NOT NULL, City STRING(MAX), Staff INT64) PRIMARY KEY (BranchId)"]).result(120)
     with bank.batch() as batch:
@@ -83,3 +85,4 @@ def test_a_table_added_later_and_a_drifted_mirror_are_rebuilt_from_the_ui(bank_s
     mirrors = lake.mirrors_at_cut(cut)
     assert {tuple(r) for r in mirrors["Branches"].select(*BRANCHES).collect()} == rows_at(bank, cut, "Branches", BRANCHES)
     assert {tuple(r) for r in mirrors["Accounts"].select("AccountId", "Balance").collect()} == rows_at(bank, cut, "Accounts", ["AccountId", "Balance"])
+    check_history_at_cut(lake, cut)  # the rebuilt tables' history is their mirror again

@@ -18,7 +18,8 @@ from cs_platform.lake.cuts import Lake
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
-from cs_platform_tests.lake.readers import check_readers_agree
+from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform_tests.lake.readers import check_history_at_cut, check_history_intervals, check_readers_agree
 
 
 def normalized(row: dict) -> dict:
@@ -48,9 +49,11 @@ def test_mirror_equals_source(capture, make_database, spark, tmp_path):
         lambda b: b.update("Items", ["Id", "Flag", "Amount"], [[3, False, "1.5"]]),
         lambda b: b.delete("Items", spanner.KeySet(keys=[[3]])),
     ]
+    committed = []
     for step in steps:
         with db.batch() as batch:
             step(batch)
+        committed.append(batch.committed)
     end = utc_now() + timedelta(seconds=1)
     time.sleep(1.2)
 
@@ -62,7 +65,7 @@ def test_mirror_equals_source(capture, make_database, spark, tmp_path):
         landing.write("ItemsStream", partition_key(batch.partition_token, batch.query_start), batch)
 
     LocalRunner(reader, land, timedelta(seconds=5)).run(start, end, 500)
-    lake = Lake(spark, str(tmp_path / "lake"))
+    lake = Lake(spark, str(tmp_path / "lake"), history=HistoryPolicy(None))
     lake.changelog.ingest(landing.files("ItemsStream"))
     lake.apply_cut(end)
 
@@ -75,6 +78,16 @@ def test_mirror_equals_source(capture, make_database, spark, tmp_path):
     differing = {(k, c): (mirror[k][c], source[k][c]) for k in source for c in COLUMNS if mirror[k][c] != source[k][c]}
     assert not differing, f"{capture}: (mirror, source) differ at {differing}"
     check_readers_agree(lake, lake.last_cut())  # every column type, as DuckDB and deltalake read it
+    # The history: one version per transaction that wrote a key, partial updates folded whatever the
+    # capture type, bounded by the commits above (step -> (key, mod type)).
+    check_history_at_cut(lake, lake.last_cut())
+    first = ROW["Id"]
+    wrote = [((first, 2, 3), "INSERT"), ((first,), "UPDATE"), ((first,), "UPDATE"), ((2,), "DELETE"), ((2,), "INSERT"), ((3,), "UPDATE"), ((3,), "DELETE")]
+    writes: dict[str, list] = {}
+    for at, (keys, mod_type) in zip(committed, wrote):
+        for key in keys:
+            writes.setdefault(json.dumps({"Id": key}), []).append((at, mod_type))
+    assert check_history_intervals(lake, "Items", writes) == 7  # the first row: three versions; 2 and 3: two each
 
 
 EARLY_DDL = """CREATE TABLE Early (
