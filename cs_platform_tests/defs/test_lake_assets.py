@@ -108,7 +108,7 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     assert changelog_rows == sum(len(t.mods) for t in workload.committed if t.commit_timestamp <= end) > 0
     for cut in (cuts[1], cuts[len(cuts) // 2], cuts[-1]):
         check_bank_cut(lake, bank_stream.bank, cut)
-        check_history_at_cut(lake, cut)
+    check_history_at_cut(lake, cuts[-1])
     # The history asset: a materialization per cut, and its check on the run's last cut.
     history = [r for r in dagster_instance.fetch_materializations(HISTORY, limit=1000).records if r.run_id == run.run_id]
     assert len(history) == len(recorded)

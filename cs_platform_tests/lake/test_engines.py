@@ -25,12 +25,14 @@ from cs_platform_tests.lake.bank_landing import land_bank
 from cs_platform_tests.lake.readers import check_readers_agree
 
 
-@pytest.fixture
-def bank_lake(spark, tmp_path):
-    """A bank lake with three cuts (transfers update accounts: the mirrors carry deletion vectors)."""
-    landing = LandingStore(str(tmp_path / "landing"))
+@pytest.fixture(scope="module")
+def bank_lake(spark, tmp_path_factory):
+    """A bank lake with three cuts and history tables (transfers update accounts: the mirrors
+    carry deletion vectors), built once for the module: its tests only read it."""
+    work = tmp_path_factory.mktemp("bank_lake")
+    landing = LandingStore(str(work / "landing"))
     cuts = land_bank(landing, accounts=10, transfers=60, files=3)
-    lake = Lake(spark, str(tmp_path / "lake"))
+    lake = Lake(spark, str(work / "lake"), history=HistoryPolicy(None))
     files = landing.files("Bank")
     for i, cut in enumerate(cuts):
         lake.changelog.ingest(files[: i + 1])
@@ -53,13 +55,9 @@ def test_every_engine_reads_each_published_cut_as_spark_does(bank_lake, local_ti
     assert published_cut(lake.location).cut == cuts[-1]
 
 
-def test_every_table_keeps_to_what_the_common_engines_read(spark, tmp_path):
+def test_every_table_keeps_to_what_the_common_engines_read(bank_lake):
     """Reader protocol, reader features and timestamp types of every table, history included."""
-    landing = LandingStore(str(tmp_path / "landing"))
-    cut = land_bank(landing, accounts=5, transfers=10, files=1)[0]
-    lake = Lake(spark, str(tmp_path / "lake"), history=HistoryPolicy(None))
-    lake.changelog.ingest(landing.files("Bank"))
-    assert lake.apply_cut(cut).applied
+    lake, _ = bank_lake
     protocols = table_protocols(lake.location)
     assert {"changelog", "manifest", "mirrors/Accounts", "history/Accounts"} <= set(protocols)
     for table, protocol in protocols.items():
@@ -85,8 +83,9 @@ def test_the_command_lists_cuts_and_prints_statements_without_spark(bank_lake, t
     assert "<CS_PLATFORM_LAKE_ROOT>/<stream>" in capsys.readouterr().err
     assert main(["open", lake.root, "--cut", "2020-01-01T00:00:00+00:00"]) == 2
     assert "not a cut, or older than the cuts lake maintenance keeps" in capsys.readouterr().err
-    assert main(["open", lake.root, "--history"]) == 2
-    assert "keeps no history table: set CS_PLATFORM_HISTORY_TABLES" in capsys.readouterr().err
+    assert main(["open", str(tmp_path / "nowhere"), "--history"]) == 2
+    assert main(["open", lake.root, "--history", "--latest"]) == 0
+    assert "FROM delta_scan" in capsys.readouterr().out
 
     # The installed command, in a fresh process: it never imports PySpark.
     script = (
