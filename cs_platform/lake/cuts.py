@@ -8,9 +8,9 @@ landing files after T was read. Every transaction in the range is then complete;
 :class:`IncompleteTransactionsError` and applies nothing. After every mirror of the cut has
 committed, one append to the manifest records the cut and each mirror's Delta version: readers open
 all mirrors at one cut by time travel (:func:`mirrors_at_cut`). Every mirror commit also records
-its cut in its ``userMetadata`` (``published.cut_record``), so a version says which cut it belongs to. A cut at or before the last one
-is a no-op; a crash before the manifest append is repaired by re-running (mirrors apply final
-effects, see ``mirrors``).
+its cut in its ``userMetadata`` (``published.cut_record``), so a version says which cut it belongs
+to. A cut at or before the last one is a no-op; a crash before the manifest append is repaired by
+re-running (mirrors apply final effects, see ``mirrors``; history tables, see ``history``).
 
 Before anything is applied, every value of the cut is checked against its column's type. A value
 that cannot be typed stops the cut with :class:`UntypedValueError` naming the transaction, table,
