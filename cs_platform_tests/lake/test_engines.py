@@ -24,6 +24,8 @@ from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.bank_landing import land_bank
 from cs_platform_tests.lake.readers import check_readers_agree
 
+pytestmark = pytest.mark.xdist_group("engines")  # one worker builds the module's bank lake once
+
 
 @pytest.fixture(scope="module")
 def bank_lake(spark, tmp_path_factory):
