@@ -152,13 +152,10 @@ def _trino_registrations(uris: dict[str, str]) -> list[str]:
 def read_arrow(tables: CutTables, storage_options: dict[str, str] | None = None) -> dict[str, pa.Table]:
     """Every mirror of the cut as an Arrow table, read by ``deltalake`` at its version. Through its
     query engine: its plain ``to_pyarrow_table`` refuses tables with deletion vectors, as mirrors have."""
-    try:
-        from deltalake import DeltaTable, QueryBuilder
-    except ImportError as e:
-        raise MissingReaderError("reading a cut as Arrow needs the deltalake package: pip install 'deltalake>=1.6'") from e
+    deltalake = _deltalake()
     opened = {}
     for table, uri, version in tables.pinned():
-        query = QueryBuilder().register("mirror", DeltaTable(uri, version=version, storage_options=storage_options))
+        query = deltalake.QueryBuilder().register("mirror", deltalake.DeltaTable(uri, version=version, storage_options=storage_options))
         opened[table] = pa.table(query.execute("SELECT * FROM mirror").read_all())
     return opened
 
@@ -177,10 +174,7 @@ class TableProtocol:
 def table_protocols(location: Location) -> dict[str, TableProtocol]:
     """The protocol of every Delta table of one stream's lake (changelog, manifest, mirrors/<t>,
     history/<t>, quarantine), read by ``deltalake`` from each table's log."""
-    try:
-        from deltalake import DeltaTable
-    except ImportError as e:
-        raise MissingReaderError("reading table protocols needs the deltalake package: pip install 'deltalake>=1.6'") from e
+    deltalake = _deltalake()
     found = {}
     for name in ("changelog", "manifest", "quarantine"):
         found[name] = DeltaLog.under(location, name)
@@ -191,7 +185,7 @@ def table_protocols(location: Location) -> dict[str, TableProtocol]:
     for name, log in sorted(found.items()):
         if not log.exists():
             continue
-        table = DeltaTable(log.uri)
+        table = deltalake.DeltaTable(log.uri)
         protocol = table.protocol()
         types = sorted({str(f.type.type) for f in table.schema().fields if str(getattr(f.type, "type", "")).startswith("timestamp")})
         protocols[name] = TableProtocol(
@@ -202,6 +196,17 @@ def table_protocols(location: Location) -> dict[str, TableProtocol]:
             tuple(types),
         )
     return protocols
+
+
+def _deltalake():
+    """The ``deltalake`` module (delta-rs), or a clear error naming the package and how to get it."""
+    try:
+        import deltalake
+    except ImportError as e:
+        raise MissingReaderError(
+            "this reader needs the deltalake package, a dependency of cs_platform: run `make setup`, or add it with pip (deltalake==1.6.6)"
+        ) from e
+    return deltalake
 
 
 def duckdb_delta_extension() -> str:
