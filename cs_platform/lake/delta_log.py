@@ -63,7 +63,8 @@ class DeltaLog:
         return datetime.fromtimestamp(self._commit_info(version)["timestamp"] / 1000, timezone.utc)
 
     def _commit_info(self, version: int) -> dict[str, Any]:
-        return next(action["commitInfo"] for action in self._commit(version) if "commitInfo" in action)
+        """The commit's ``commitInfo`` action; empty for a commit a writer recorded none in."""
+        return next((action["commitInfo"] for action in self._commit(version) if "commitInfo" in action), {})
 
     def commit_metrics(self, version: int) -> dict[str, str]:
         """The ``operationMetrics`` ``version``'s commit recorded (numOutputRows, ...)."""
@@ -88,8 +89,7 @@ class DeltaLog:
         return [(version, metadata) for version, metadata in zip(versions, found) if metadata is not None]
 
     def _recorded_in(self, version: int) -> dict[str, Any] | None:
-        infos = (action["commitInfo"] for action in self._commit(version) if "commitInfo" in action)
-        metadata = next(infos, {}).get("userMetadata")
+        metadata = self._commit_info(version).get("userMetadata")
         return json.loads(metadata) if metadata else None
 
     def last_commit_metadata(self) -> dict[str, Any] | None:
