@@ -25,8 +25,10 @@ published, and at which mirror versions, is read from the manifest's log without
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -36,7 +38,7 @@ from cs_platform.lake.delta import USER_METADATA, DeltaPath, session_conf
 from cs_platform.lake.history import apply_history, history_at, seed_history
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.identifiers import quoted
-from cs_platform.lake.mirrors import apply_changes, column_types_by_table
+from cs_platform.lake.mirrors import MATERIALIZE_SOURCE, apply_changes, column_types_by_table
 from cs_platform.lake.published import (
     ROOT_SETTING,
     PublishedCut,
@@ -52,6 +54,7 @@ from cs_platform.landing.source import SourceIdentity, bind
 
 POLICIES = ("fail", "quarantine")
 INCOMPLETE_SAMPLE = 5  # incomplete transactions named in the error
+PARALLEL_WRITES = 4  # mirror and history MERGEs a cut runs at once
 TIME_TRAVEL_GUARD = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
 TIMESTAMP_ENCODING = "spark.sql.parquet.outputTimestampType"
 
@@ -219,13 +222,7 @@ class Lake:
                 kept = summarize(applied)
                 transactions, mods = kept.transactions, kept.mods
                 types = {t: c for t, c in types.items() if t in {table for table, _ in kept.descriptions}}
-            with session_conf(self.spark, {USER_METADATA: cut_record(cut, previous)}):  # each commit names its cut
-                versions, histories = {}, {}
-                for table, columns in types.items():  # each mirror, then its history
-                    changed = applied.where(F.col("table_name") == table)
-                    versions[table] = apply_changes(self.spark, self.mirror(table), changed, columns)
-                    if self.history.keeps(table):
-                        histories[table] = self._write_history(table, changed, columns, published)
+            versions, histories = self._write_tables(applied, types, cut_record(cut, previous), published)
         finally:
             changes.unpersist()
         if not versions and previous is None:
@@ -233,6 +230,30 @@ class Lake:
         versions = dict(sorted({**(published.versions if published else {}), **versions}.items()))
         self._publish(PublishedCut(cut, versions, previous), transactions, mods)
         return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad), histories)
+
+    def _write_tables(
+        self, changes: DataFrame, types: dict[str, dict[str, dict]], record: str, published: PublishedCut | None
+    ) -> tuple[dict[str, int], dict[str, int]]:
+        """Each table's mirror and history brought to the cut, all side by side: one write's
+        planning, log reads and commit overlap another's (a small MERGE is mostly fixed cost, not
+        work; 10-mod cuts with a history table went from 1.8x to 1.5x the cut without). Nothing
+        reads what another writes: a history's prior state is itself at the previous cut, which no
+        write of this cut changes. Returns the new versions of the mirrors and of the history tables."""
+        writes = {}
+        for table, columns in types.items():
+            changed = changes.where(F.col("table_name") == table)
+            writes[("mirror", table)] = partial(apply_changes, self.spark, self.mirror(table), changed, columns)
+            if self.history.keeps(table):
+                writes[("history", table)] = partial(self._write_history, table, changed, columns, published)
+        # Set once on the session for all of them (SQL commits take both from there): every commit
+        # names its cut, and no MERGE copies its source, a checkpoint already (``mirrors``).
+        settings = {USER_METADATA: record, MATERIALIZE_SOURCE: "none"}
+        with session_conf(self.spark, settings), ThreadPoolExecutor(min(len(writes), PARALLEL_WRITES) or 1, "cut") as pool:
+            done = dict(zip(writes, pool.map(lambda write: write(), writes.values())))
+        return (
+            {table: v for (kind, table), v in done.items() if kind == "mirror"},
+            {table: v for (kind, table), v in done.items() if kind == "history"},
+        )
 
     def histories_at_cut(self, cut: datetime | None = None) -> dict[str, DataFrame]:
         """Every history table's versions valid at one cut (the latest if None), read at the
@@ -242,12 +263,18 @@ class Lake:
         return {t: history_at(self.history_table(t).read(self.spark), published.cut) for t in tables}
 
     def _write_history(self, table: str, changes: DataFrame, columns: dict[str, dict], published: PublishedCut | None) -> int:
-        """The cut's versions into the table's history, the state before them read from the mirror
-        at the previous cut (a history turned on for a table with a mirror starts there, seeded)."""
+        """The cut's versions into the table's history, the state before them read from the history
+        itself at the previous cut (``history_at``: exact even after a crashed attempt wrote later
+        versions, and a read of the latest version, not a time travel). A history turned on for a
+        table with a mirror starts from that mirror at the previous cut, seeded."""
         history = self.history_table(table)
         prior = published.versions.get(table) if published else None
-        before = None if prior is None else self.mirror(table).read(self.spark, prior)
-        if before is not None and not history.exists():
+        if prior is None:
+            before = None  # a table new in this cut
+        elif history.exists():
+            before = history_at(history.read(self.spark), published.cut)
+        else:
+            before = self.mirror(table).read(self.spark, prior)
             seed_history(self.spark, history, before, columns, published.cut)
         return apply_history(self.spark, history, before, changes, columns)
 

@@ -20,13 +20,14 @@ table's *latest* version: a later cut only adds versions from after C and closes
 timestamp after C. That is how an engine without time travel (BigQuery, Athena) reads a consistent
 cut, even while a newer cut is being written (``docs/reading.md``).
 
-A cut writes a table's history in one MERGE, in proportion to its changes: the state before the cut
-of the keys it touched comes from the mirror at the previous cut's version (immutable, so a cut
-that is re-run after a crash computes the same versions); the MERGE closes each touched key's open
-version and inserts the new ones, matching versions by their ``_valid_from`` so a re-run inserts
-nothing twice (and updates what it already wrote: a re-run may cover more transactions, so a version
-a crashed attempt left open may now have an end). It costs about as much as the mirror's MERGE, plus the read of the touched keys'
-state before the cut: a 10-mod cut with history takes ~1.9x the same cut without (bench/lake_cost.py).
+A cut writes a table's history in one MERGE, in proportion to its changes, beside the table's
+mirror (``cuts``): the state before the cut of the keys it touched is the history itself at the
+previous cut (``history_at`` of its latest version: a crashed attempt only added versions that start
+after that cut and ended versions after it, so a re-run computes the same versions); the MERGE closes each
+touched key's open version and inserts the new ones, matching versions by their ``_valid_from`` so a
+re-run inserts nothing twice (and updates what it already wrote: a re-run may cover more
+transactions, so a version a crashed attempt left open may now have an end). A 10-mod cut with
+history takes ~1.4-1.5x the same cut without (bench/lake_cost.py).
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ from functools import reduce
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from cs_platform.lake.delta import DeltaPath, session_conf
+from cs_platform.lake.delta import DeltaPath
 from cs_platform.lake.history_schema import BOUNDS, OPERATION, SNAPSHOT, TRANSACTION, VALID_FROM, VALID_TO
 from cs_platform.lake.identifiers import quoted
-from cs_platform.lake.mirrors import MATERIALIZE_SOURCE, ensure_columns, final_effects, replace_mirror
+from cs_platform.lake.mirrors import ensure_columns, final_effects, replace_mirror
 from cs_platform.lake.types import spark_type
 
 _KIND = "__kind"  # of a MERGE source row: a new version, or the closing of a key's open version
@@ -71,12 +72,14 @@ def apply_history(
     spark: SparkSession, history: DeltaPath, before: DataFrame | None, changes: DataFrame, columns: dict[str, dict]
 ) -> int:
     """Add the versions ``changes`` (one table's, in one cut) make to ``history``, and close the
-    versions they end. ``before`` is the mirror as of the previous cut (None for a table new in this
-    cut). Returns the history's new version."""
+    versions they end. ``before`` is the table as of the previous cut (None for a table new in this
+    cut), any superset of its touched keys' rows with at least ``columns``. Returns the history's
+    new version."""
     keys = [name for name, c in columns.items() if c["is_primary_key"]]
-    steps = final_effects(changes, columns, per=("keys", "commit_timestamp", "server_transaction_id")).withColumn("__order", F.lit(1))
+    steps = final_effects(changes, columns, per=("keys", "commit_timestamp", "server_transaction_id"))
+    steps = steps.withColumn("__order", F.lit(1)).localCheckpoint()  # read for its keys, then folded
     if before is not None:
-        touched = F.broadcast(steps.select(*map(quoted, keys)).distinct())  # a cut touches few keys: never shuffle the mirror
+        touched = F.broadcast(steps.select(*map(quoted, keys)).distinct())  # a cut touches few keys: never shuffle the table
         prior = before.join(touched, on=reduce(lambda a, b: a & b, [before[quoted(k)].eqNullSafe(touched[quoted(k)]) for k in keys]), how="left_semi")
         steps = steps.unionByName(
             _aligned(prior, columns).select(
@@ -107,9 +110,17 @@ def apply_history(
         F.when(op == "REPLACE", "INSERT").otherwise("UPDATE").alias(OPERATION),
         op,
     )
-    versions = folded.where(op.isin("REPLACE", "PATCH")).drop("__op").withColumn(_KIND, F.lit("version"))
-    closers = steps.where(F.col("__order") == 1).groupBy(*map(quoted, keys)).agg(F.min("commit_timestamp").alias(VALID_FROM))
-    source = versions.unionByName(closers.withColumn(_KIND, F.lit("close")), allowMissingColumns=True).localCheckpoint()
+    # One MERGE source row per new version, and per key with a prior state one that closes it at
+    # the key's first step (the prior row's next step): a DELETE is only the end of what came before.
+    closing = op == "PRIOR"
+    source = folded.where(op != "DELETE").select(
+        *[F.col(quoted(c)) for c in columns],
+        F.when(closing, F.col(VALID_TO)).otherwise(F.col(VALID_FROM)).alias(VALID_FROM),
+        F.when(~closing, F.col(VALID_TO)).alias(VALID_TO),
+        TRANSACTION,
+        OPERATION,
+        F.when(closing, "close").otherwise("version").alias(_KIND),
+    ).localCheckpoint()
 
     everything = history_columns(columns)
     ensure_columns(spark, history, everything)
@@ -124,8 +135,7 @@ def apply_history(
         f"WHEN MATCHED THEN UPDATE SET {', '.join(f'{quoted(c)} = s.{quoted(c)}' for c in everything)} "
         f"WHEN NOT MATCHED AND s.{kind} = 'version' THEN INSERT ({names}) VALUES ({', '.join(f's.{quoted(c)}' for c in everything)})"
     )
-    with session_conf(spark, {MATERIALIZE_SOURCE: "none"}):  # the source is a checkpoint already (see mirrors)
-        history.merge(spark, source, statement)
+    history.merge(spark, source, statement)  # a checkpoint already: the cut turns Delta's copy off (see mirrors)
     return history.version()
 
 

@@ -24,7 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
-from cs_platform.lake.delta import DeltaPath, session_conf
+from cs_platform.lake.delta import DeltaPath
 from cs_platform.lake.identifiers import quoted, sql_string
 from cs_platform.lake.types import spark_type, typed_value
 
@@ -133,10 +133,9 @@ def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, co
     clauses.append(f"WHEN NOT MATCHED AND s.{op} != 'DELETE' THEN INSERT ({names}) VALUES ({', '.join(f's.{quoted(c)}' for c in columns)})")
     # Computed once, from the cut's cached changes: a MERGE reads its source twice (touched files,
     # then the rewrite), and would otherwise run the fold twice. Delta would copy the source once
-    # more to make those reads agree; a checkpoint already does, so that copy is skipped.
-    effects = final_effects(changes, columns).localCheckpoint()
-    with session_conf(spark, {MATERIALIZE_SOURCE: "none"}):
-        mirror.merge(spark, effects, " ".join(clauses))
+    # more to make those reads agree; a checkpoint already does, so the cut turns that copy off
+    # (``MATERIALIZE_SOURCE``) for all its MERGEs.
+    mirror.merge(spark, final_effects(changes, columns).localCheckpoint(), " ".join(clauses))
     return mirror.version()
 
 

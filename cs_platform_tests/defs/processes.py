@@ -11,8 +11,8 @@ was persisted, as the next chunk, read, is about to land), writes MARKER and wai
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
 ``python -m cs_platform_tests.defs.processes lake CUTS MARKER [mirror|history]``: a lake run as the
 lake sensor launches it (it keeps cutting) that, in the cut after it published CUTS, stops dead right
-after the first mirror's MERGE committed (or, with ``history``, the first history table's, which the
-cut writes right after its mirror), before the other tables and the manifest; MARKER holds that
+after the first mirror's MERGE committed (or, with ``history``, once the first history table's and
+its table's mirror's have: the cut writes them side by side), before the manifest; MARKER holds that
 table's URI and the cut.
 
 Both read their configuration from the environment (``cs_platform.definitions``) and use the
@@ -161,8 +161,26 @@ def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> 
         return result
 
     cuts.Lake.apply_cut = counted
-    write = {"mirror": "apply_changes", "history": "apply_history"}[table]
-    setattr(cuts, write, stopping_after(getattr(cuts, write), marker, lambda: applying[-1].isoformat() if len(published) >= after_cuts else None))
+    mirrored: set[tuple[int, str]] = set()  # (cut, table) whose mirror committed
+    apply_changes = cuts.apply_changes
+
+    def mirror_then_note(spark, mirror, *args):
+        version = apply_changes(spark, mirror, *args)
+        mirrored.add((len(applying), mirror.uri.rstrip("/").rsplit("/", 1)[-1]))
+        return version
+
+    def the_killed_cut(written):
+        if len(published) < after_cuts:
+            return None
+        while table == "history" and (len(applying), written.uri.rstrip("/").rsplit("/", 1)[-1]) not in mirrored:
+            time.sleep(0.05)  # the history's mirror, written beside it, commits too before the kill
+        return applying[-1].isoformat()
+
+    if table == "history":
+        cuts.apply_changes = mirror_then_note
+        cuts.apply_history = stopping_after(cuts.apply_history, marker, the_killed_cut)
+    else:
+        cuts.apply_changes = stopping_after(apply_changes, marker, the_killed_cut)
     defs = build_definitions()
     step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
     with DagsterInstance.get() as instance:

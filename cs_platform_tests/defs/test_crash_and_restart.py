@@ -259,8 +259,8 @@ def test_a_lake_run_killed_between_a_mirror_commit_and_the_manifest_loses_and_du
     bank_stream, dagster_instance, spark, tmp_path, monkeypatch
 ):
     """A long-lived lake run (as the lake sensor launches it) has published a cut, and is killed in
-    the next one after a table's mirror and its history committed, before the other tables and the
-    manifest: readers never see that cut. A reader without time travel, reading every history table
+    the next one after a table's mirror and its history committed (the other tables' side by side,
+    done or not), before the manifest: readers never see that cut. A reader without time travel, reading every history table
     at its latest version (the killed cut's versions in one of them) at the manifest's latest cut,
     sees a consistent bank. The next lake run applies the stream from the last published cut with
     nothing lost or doubled."""

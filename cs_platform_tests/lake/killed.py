@@ -2,17 +2,17 @@
 
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 
-def stopping_after(write: Callable, marker: Path, when: Callable[[], str | None] = lambda: "") -> Callable:
+def stopping_after(write: Callable, marker: Path, when: Callable[[Any], str | None] = lambda table: "") -> Callable:
     """``write(spark, mirror, ...)`` that, once it has committed, writes ``marker`` and waits for
-    SIGKILL (the test kills the process group there); only once ``when()`` is not None, and then
-    with what it returned after the mirror's URI."""
+    SIGKILL (the test kills the process group there); only once ``when(mirror)`` is not None, and
+    then with what it returned after the mirror's URI."""
 
     def write_then_stop(spark, mirror, *args):
         written = write(spark, mirror, *args)
-        found = when()
+        found = when(mirror)
         if found is not None:
             marker.write_text(f"{mirror.uri}\n{found}")
             time.sleep(3600)
