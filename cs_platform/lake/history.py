@@ -27,7 +27,7 @@ after that cut and ended versions after it, so a re-run computes the same versio
 touched key's open version and inserts the new ones, matching versions by their ``_valid_from`` so a
 re-run inserts nothing twice (and updates what it already wrote: a re-run may cover more
 transactions, so a version a crashed attempt left open may now have an end). A 10-mod cut with
-history takes ~1.4-1.5x the same cut without (bench/lake_cost.py).
+history takes 1.35-1.5x the same cut without (bench/lake_cost.py).
 """
 
 from __future__ import annotations
