@@ -166,21 +166,19 @@ def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> 
 
     def mirror_then_note(spark, mirror, *args):
         version = apply_changes(spark, mirror, *args)
-        mirrored.add((len(applying), mirror.uri.rstrip("/").rsplit("/", 1)[-1]))
+        mirrored.add((len(applying), mirror.path.rsplit("/", 1)[-1]))
         return version
 
     def the_killed_cut(written):
         if len(published) < after_cuts:
             return None
-        while table == "history" and (len(applying), written.uri.rstrip("/").rsplit("/", 1)[-1]) not in mirrored:
-            time.sleep(0.05)  # the history's mirror, written beside it, commits too before the kill
+        while (len(applying), written.path.rsplit("/", 1)[-1]) not in mirrored:
+            time.sleep(0.05)  # a history's mirror, written beside it, commits too before the kill
         return applying[-1].isoformat()
 
-    if table == "history":
-        cuts.apply_changes = mirror_then_note
-        cuts.apply_history = stopping_after(cuts.apply_history, marker, the_killed_cut)
-    else:
-        cuts.apply_changes = stopping_after(apply_changes, marker, the_killed_cut)
+    cuts.apply_changes = mirror_then_note
+    write = {"mirror": "apply_changes", "history": "apply_history"}[table]
+    setattr(cuts, write, stopping_after(getattr(cuts, write), marker, the_killed_cut))
     defs = build_definitions()
     step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
     with DagsterInstance.get() as instance:
