@@ -76,9 +76,9 @@ def apply_history(
     cut), any superset of its touched keys' rows with at least ``columns``. Returns the history's
     new version."""
     keys = [name for name, c in columns.items() if c["is_primary_key"]]
-    steps = final_effects(changes, columns, per=("keys", "commit_timestamp", "server_transaction_id"))
-    steps = steps.withColumn("__order", F.lit(1)).localCheckpoint()  # read for its keys, then folded
+    steps = final_effects(changes, columns, per=("keys", "commit_timestamp", "server_transaction_id")).withColumn("__order", F.lit(1))
     if before is not None:
+        steps = steps.localCheckpoint()  # read for its keys, then folded
         touched = F.broadcast(steps.select(*map(quoted, keys)).distinct())  # a cut touches few keys: never shuffle the table
         prior = before.join(touched, on=reduce(lambda a, b: a & b, [before[quoted(k)].eqNullSafe(touched[quoted(k)]) for k in keys]), how="left_semi")
         steps = steps.unionByName(

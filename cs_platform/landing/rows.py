@@ -100,4 +100,4 @@ def batch_to_table(batch: PartitionBatch) -> pa.Table:
         read_options=pa_json.ReadOptions(use_threads=False, block_size=len(text) + 1),  # a block never splits a line
         parse_options=pa_json.ParseOptions(explicit_schema=LANDING_SCHEMA, unexpected_field_behavior="error"),
         memory_pool=LANDING_MEMORY_POOL,
-    ).select(LANDING_SCHEMA.names)
+    )  # columns in the explicit schema's order
