@@ -1,7 +1,7 @@
 """`make stack` end to end: the production shape, every part real, only configuration changed.
 
 The bank on the Spanner emulator (accounts and transfers before the stream's start, partitions that
-split and merge every 3-6 s), 30 seconds of transfers, landing and lake on gs:// through a GCS
+split and merge every 3-6 s), 20 seconds of transfers, landing and lake on gs:// through a GCS
 emulator, lake runs whose tasks run on a Spark standalone cluster's executors, and every run
 launched by dagster-daemon from an instance on PostgreSQL (the run queue with its tag concurrency
 limits). Then:
@@ -32,7 +32,9 @@ from cs_platform.dev.stack import dagster_yaml, production_stack
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
 
-WRITE_SECONDS = 30  # with the fast churn (3-6 s), five or more splits and merges
+# With the fast churn (3-6 s), three or more splits and merges while the writer writes, and the
+# stream churns on until the test's cut (30 s gave five or more, for a third more reader runs).
+WRITE_SECONDS = 20
 
 
 def task_executors(event_logs) -> dict[str, set[str]]:

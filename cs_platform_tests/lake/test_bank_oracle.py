@@ -27,6 +27,10 @@ from cs_platform_tests.lake.readers import check_history_at_cut, check_history_i
 
 WINDOW_SECONDS = 45  # the emulator's partitions churn every 3 s: splits and merges in any window this long
 BEFORE_START = 200  # transfers committed before the stream's start: only the snapshot brings them
+# Cuts while the window runs, each then read by Spark, DuckDB and deltalake and checked against the
+# source and the history: every 4 s gives several cuts inside the window (each over splits and
+# merges) at about half the checking of a cut every second.
+CUT_EVERY_S = 4
 
 
 def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_instance, spark, tmp_path):
@@ -37,7 +41,7 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
     bank_stream.configure(start, end)
     writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=5), 40), kwargs={"accounts": 0}, daemon=True)
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
-    cutter = Cutter(lake, LandingStore(str(bank_stream.landing_root)), bank_stream.store, bank_stream.target, "BankStream", interval_s=1)
+    cutter = Cutter(lake, LandingStore(str(bank_stream.landing_root)), bank_stream.store, bank_stream.target, "BankStream", interval_s=CUT_EVERY_S)
     writer.start()
     cutter.start()
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
