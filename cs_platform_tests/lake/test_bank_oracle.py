@@ -28,8 +28,8 @@ from cs_platform_tests.lake.readers import check_history_at_cut, check_history_i
 WINDOW_SECONDS = 45  # the emulator's partitions churn every 3 s: splits and merges in any window this long
 BEFORE_START = 200  # transfers committed before the stream's start: only the snapshot brings them
 # Cuts while the window runs, each then read by Spark, DuckDB and deltalake and checked against the
-# source and the history: every 4 s gives several cuts inside the window (each over splits and
-# merges) at about half the checking of a cut every second.
+# source and the history: every 4 s still gives several cuts inside the window, each over splits
+# and merges, and fewer of them to check than a cut every second.
 CUT_EVERY_S = 4
 
 
