@@ -3,8 +3,8 @@
 ``python -m cs_platform_tests.defs.processes loop``: the sensor loop with its run workers, forever.
 ``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
 partition KEY that stops dead at POINT (``before_landing``; ``after_landing``: after a landing
-write that wrote rows (or the partition's last, or any after 20 s) and before the watermark update; ``between_chunks``: after a chunk landed and its watermark
-was persisted, as the next chunk, read, is about to land), writes MARKER and waits to be killed; or, for
+write that wrote rows (or the partition's last, or any after 20 s) and before the watermark update; ``between_chunks``: after a chunk that wrote rows (or any after 20 s) landed and its
+watermark was persisted, as the next chunk, read, is about to land), writes MARKER and waits to be killed; or, for
 ``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
 (the run checks whether it was given up before landing) and writes MARKER.late if it lands at all.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
@@ -60,7 +60,7 @@ def wait_for(path: Path, timeout_s: float = 90) -> dict:
     return json.loads(path.read_text())
 
 
-AFTER_LANDING_PATIENCE_S = 20  # an after_landing run waits this long for a landing with rows
+PATIENCE_S = 20  # an after_landing or between_chunks run waits this long for a landing with rows
 
 
 def _run_until_killed() -> None:
@@ -80,7 +80,10 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
     def write(self, stream, key, batch):
         if point == "before_landing":
             stop_dead(None)
-        if point == "between_chunks" and "watermark" in last:
+        patience_over = time.monotonic() - started > PATIENCE_S
+        # Stop between two chunks once one of them landed rows (or, for a partition that gets none,
+        # after a while): a first chunk of heartbeats alone says nothing about a landed file.
+        if point == "between_chunks" and "watermark" in last and (last["landed"] is not None or patience_over):
             stop_dead(last["landed"], watermark=last["watermark"])
         if last.get("resumed"):
             marker.with_suffix(".late").write_text(key)
@@ -89,7 +92,6 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
         # persisted): stop at the first landing that wrote rows, at the partition's last (it ended:
         # a split or a merge), or at any after a while for a partition that gets no rows. The
         # marker says which watermark the run persisted before.
-        patience_over = time.monotonic() - started > AFTER_LANDING_PATIENCE_S
         if point == "after_landing" and (last["landed"] is not None or batch.finished or patience_over):
             stop_dead(last["landed"], watermark=last.get("watermark"))
         return last["landed"]
