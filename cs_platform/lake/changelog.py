@@ -4,7 +4,7 @@ Identity of a row is (server_transaction_id, record_sequence, mod_index). Ingest
 not ingested before and MERGEs on identity, inserting only unseen changes, so re-ingesting a file, a
 replayed read or a duplicate landed by a crash changes nothing. A duplicate change always carries
 the same commit timestamp, so the MERGE matches only changelog rows inside the batch's commit
-range: Delta skips every file outside it (the table is clustered by commit timestamp), and the
+range (the new files' footers give it, and their row counts, without a Spark job): Delta skips every file outside it (the table is clustered by commit timestamp), and the
 rows read follow the batch, not the history.
 
 Which landing files are ingested is recorded by the MERGE commit itself, in its ``userMetadata``:
@@ -24,13 +24,19 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cs_platform.lake.delta import DeltaPath
 from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.types import sql_timestamp
-from cs_platform.landing.rows import IDENTITY
+from cs_platform.landing.rows import IDENTITY, LANDING_SCHEMA
+from cs_platform.landing.store import landed_range
+
+# The landing files' columns as Spark reads them, given rather than inferred (inferring is a Spark job per ingest).
+_SPARK_TYPES = {pa.string(): "STRING", pa.int32(): "INT", pa.int64(): "BIGINT", pa.bool_(): "BOOLEAN", pa.timestamp("us", tz="UTC"): "TIMESTAMP"}
+LANDED_COLUMNS = ", ".join(f"{quoted(f.name)} {_SPARK_TYPES[f.type]}" for f in LANDING_SCHEMA)
 
 MARKS = "ingested_upto"  # userMetadata key: {landing directory: last file name ingested}
 CLUSTER_COLUMN = "commit_timestamp"  # what every ingest MERGE and every cut filters on
@@ -82,10 +88,12 @@ class Changelog:
         upto = {d: name for d, name in marks.items() if d in listed}  # directories gone from landing are forgotten
         for directory, name in map(_split, new):
             upto[directory] = max(name, upto.get(directory, ""))
-        landed = self.spark.read.parquet(*new)
-        read, first, last = landed.agg(F.count("*"), F.min("commit_timestamp"), F.max("commit_timestamp")).first()
-        added = self._insert_unseen(landed, first, last, {MARKS: dict(sorted(upto.items()))}) if read else 0
-        return IngestResult(len(new), read, added)
+        footers = landed_range(new)
+        if not footers.rows:
+            return IngestResult(len(new), 0, 0)
+        landed = self.spark.read.schema(LANDED_COLUMNS).parquet(*new)
+        added = self._insert_unseen(landed, footers.first, footers.last, {MARKS: dict(sorted(upto.items()))})
+        return IngestResult(len(new), footers.rows, added)
 
     def _insert_unseen(self, landed: DataFrame, first: datetime, last: datetime, metadata: dict) -> int:
         """MERGE ``landed`` (commits in [first, last]) on identity, its commit recording

@@ -51,6 +51,14 @@ class Location:
             return path
         return f"{self.root.split('://', 1)[0]}://{path}"
 
+    def path_of(self, uri: str) -> str:
+        """The path in :attr:`filesystem` of ``uri`` (a URI as :meth:`uri` gives, or a local path)."""
+        if self.is_local:
+            return os.path.abspath(uri.removeprefix("file://"))
+        if self.root.startswith("gs://"):
+            return uri.removeprefix("gs://")
+        return pafs.FileSystem.from_uri(uri)[1]
+
     def exists(self, path: str) -> bool:
         return self.filesystem.get_file_info(path).type != pafs.FileType.NotFound
 

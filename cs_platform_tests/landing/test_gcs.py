@@ -3,14 +3,16 @@ disk, one object per read, whole or absent, rewritten whole when a read is lande
 root that cannot be reached is refused at once, naming the settings."""
 
 
+from datetime import timedelta
+
 import pyarrow.parquet as pq
 import pytest
 
 from cs_platform.landing.gcs import CREDENTIALS_SETTING, EMULATOR_SETTING, StorageAccessError
 from cs_platform.landing.location import Location
-from cs_platform.landing.store import ROOT_SETTING, LandingStore
+from cs_platform.landing.store import ROOT_SETTING, LandedRange, LandingStore, landed_range
 from cs_platform.lake.cuts import Lake
-from cs_platform_tests.landing.test_store import batch, record
+from cs_platform_tests.landing.test_store import T0, batch, landed_two_reads, record
 
 
 def test_landing_on_gcs_is_one_whole_object_per_read_and_idempotent(gcs_bucket):
@@ -23,6 +25,11 @@ def test_landing_on_gcs_is_one_whole_object_per_read_and_idempotent(gcs_bucket):
     assert again == first and store.files("BankStream") == [first.path]
     assert store.read("BankStream").num_rows == 3
     assert pq.read_table(first.path.removeprefix("gs://"), filesystem=store.filesystem).num_rows == 3
+
+
+def test_landed_range_reads_the_footers_of_gcs_objects(gcs_bucket):
+    files = landed_two_reads(LandingStore(f"{gcs_bucket}/landing"))
+    assert files[0].startswith("gs://") and landed_range(files) == LandedRange(5, T0, T0 + timedelta(seconds=4))
 
 
 def test_a_write_that_fails_midway_leaves_no_object(gcs_bucket):

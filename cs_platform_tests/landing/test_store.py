@@ -12,7 +12,7 @@ from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentif
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.landing.rows import IDENTITY, LANDING_SCHEMA
-from cs_platform.landing.store import LandingStore
+from cs_platform.landing.store import LandedRange, LandingStore, landed_range
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
 
@@ -104,3 +104,19 @@ def test_bad_settings_name_the_setting(tmp_path):
         LandingStore("nosuchscheme://bucket/x")
     with pytest.raises(InvalidIdentifierError):
         LandingStore(str(tmp_path)).files("../escape")
+
+
+def landed_two_reads(store: LandingStore) -> list[str]:
+    """Two reads of one partition, the second's commits 3 and 4 s after the first's (2 + 3 rows)."""
+    first = store.write("BankStream", "p", batch(record("00000000", 2)))
+    later = T0 + timedelta(seconds=3)
+    second = store.write("BankStream", "p", batch(record("00000001", 1, later), record("00000002", 2, later + timedelta(seconds=1)), watermark=later + timedelta(seconds=2)))
+    return [first.path, second.path]
+
+
+def test_landed_range_reads_rows_and_commit_range_from_the_footers(tmp_path):
+    files = landed_two_reads(LandingStore(str(tmp_path)))
+    assert landed_range(files) == LandedRange(5, T0, T0 + timedelta(seconds=4))
+    assert landed_range(files[1:]) == LandedRange(3, T0 + timedelta(seconds=3), T0 + timedelta(seconds=4))
+    assert landed_range([]) == LandedRange(0, None, None)
+
