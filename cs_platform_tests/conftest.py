@@ -28,6 +28,7 @@ from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.dev.emulator import SpannerEmulator
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
+from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.landing.gcs import EMULATOR_SETTING, GcsAccess
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
 
@@ -107,6 +108,15 @@ def gcs_endpoint(tmp_path_factory) -> Iterator[str]:
     """One GCS emulator (fake-gcs-server) for the test session; tests make buckets of their own."""
     with gcs_emulator(tmp_path_factory.mktemp("gcs")) as endpoint:
         yield endpoint
+
+
+@pytest.fixture(scope="session")
+def spark_connect_remote(tmp_path_factory) -> Iterator[str]:
+    """One Spark Connect server, as ``make dev`` starts it, for the tests that are its clients: they
+    share the xdist group ``processes``, so one worker starts it once (a server's start and warm-up
+    cost about as much CPU as the cuts a test then runs on it)."""
+    with spark_connect_server(tmp_path_factory.mktemp("spark-connect") / "spark-connect.log") as remote:
+        yield remote
 
 
 @pytest.fixture

@@ -30,7 +30,6 @@ from cs_platform.dev.process_group import stop_process_group
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import embedded_bank
 from cs_platform.dev.serve import DEV_SETTINGS
-from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
@@ -95,13 +94,13 @@ def serving(url: str) -> bool:
 
 @pytest.mark.heavy
 @pytest.mark.xdist_group("processes")
-def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark):
+def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark, spark_connect_remote):
     # What `make dev` runs: its own emulator (partitions churn every 20 s), the bank, its dagster.yaml,
-    # and a Spark Connect server for the lake runs.
-    with embedded_bank(tmp_path, partition_alive_seconds=20) as bank, spark_connect_server(tmp_path / "spark-connect.log") as remote:
+    # and a Spark Connect server for the lake runs (the session's, as make dev starts one).
+    with embedded_bank(tmp_path, partition_alive_seconds=20) as bank:
         start = utc_now()
         os.environ.update(
-            CS_PLATFORM_SPARK_REMOTE=remote, CS_PLATFORM_START_TIMESTAMP=start.isoformat(), **DEV_SETTINGS,
+            CS_PLATFORM_SPARK_REMOTE=spark_connect_remote, CS_PLATFORM_START_TIMESTAMP=start.isoformat(), **DEV_SETTINGS,
             # The hourly maintenance pass waits for, and holds up, lake runs: schedule it half an hour
             # away, so it never falls inside the cuts this test counts (test_maintenance covers it).
             CS_PLATFORM_LAKE_MAINTENANCE_CRON=f"{(start.minute + 30) % 60} * * * *",

@@ -11,25 +11,24 @@ from pathlib import Path
 import pytest
 
 from cs_platform.dev.emulator import free_loopback_port
-from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.lake.spark import MASTER_SETTING, REMOTE_SETTING, SparkUnreachableError, check_reachable
 
 CUT_TESTS = Path(__file__).with_name("test_cuts.py")
 
 
 @pytest.mark.heavy
-def test_the_cut_tests_pass_on_a_spark_connect_server(tmp_path):
-    with spark_connect_server(tmp_path / "spark-connect.log", master="local[2]") as remote:
-        env = {**os.environ, REMOTE_SETTING: remote}
-        result = subprocess.run(
-            # East of UTC only (with DST): a client that read naive datetimes as UTC fails there as
-            # it would west of it, and the in-process runs of these tests cover both. The two whose
-            # client-side work differs from a plain cut (every kind of mirror change and new columns,
-            # the quarantine's own writes); dagster dev's lake runs (test_dagster_ui) take the
-            # snapshot and cut on Spark Connect end to end, with cross-partition transactions.
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "Berlin and (semantics or quarantine)", str(CUT_TESTS)],
-            env=env, capture_output=True, text=True, timeout=1800,
-        )
+@pytest.mark.xdist_group("processes")  # with test_dagster_ui: one server for both
+def test_the_cut_tests_pass_on_a_spark_connect_server(spark_connect_remote):
+    env = {**os.environ, REMOTE_SETTING: spark_connect_remote}
+    result = subprocess.run(
+        # East of UTC only (with DST): a client that read naive datetimes as UTC fails there as
+        # it would west of it, and the in-process runs of these tests cover both. The two whose
+        # client-side work differs from a plain cut (every kind of mirror change and new columns,
+        # the quarantine's own writes); dagster dev's lake runs (test_dagster_ui) take the
+        # snapshot and cut on Spark Connect end to end, with cross-partition transactions.
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "Berlin and (semantics or quarantine)", str(CUT_TESTS)],
+        env=env, capture_output=True, text=True, timeout=1800,
+    )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
     assert "2 passed" in result.stdout and " failed" not in result.stdout
 
