@@ -4,8 +4,9 @@ Identity of a row is (server_transaction_id, record_sequence, mod_index). Ingest
 not ingested before and MERGEs on identity, inserting only unseen changes, so re-ingesting a file, a
 replayed read or a duplicate landed by a crash changes nothing. A duplicate change always carries
 the same commit timestamp, so the MERGE matches only changelog rows inside the batch's commit
-range (the new files' footers give it, and their row counts, without a Spark job): Delta skips every file outside it (the table is clustered by commit timestamp), and the
-rows read follow the batch, not the history.
+range (the new files' footers give it, and their row counts, without a Spark job): Delta skips
+every file outside it (the table is clustered by commit timestamp), and the rows read follow the
+batch, not the history.
 
 Which landing files are ingested is recorded by the MERGE commit itself, in its ``userMetadata``:
 per landing directory (one per partition), the last file name ingested. A partition's files are
