@@ -3,9 +3,10 @@
 ``python -m cs_platform_tests.defs.processes loop``: the sensor loop with its run workers, forever.
 ``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
 partition KEY that stops dead at POINT (``before_landing``; ``after_landing``: after a landing
-write that wrote rows (or the partition's last, or any after 20 s) and before the watermark update; ``between_chunks``: after a chunk that wrote rows (or any after 20 s) landed and its
-watermark was persisted, as the next chunk, read, is about to land), writes MARKER and waits to be killed; or, for
-``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
+write that wrote rows (or the partition's last, or any after 20 s) and before the watermark
+update; ``between_chunks``: after a chunk that wrote rows (or any after 20 s) landed and its
+watermark was persisted, as the next chunk, read, is about to land), writes MARKER and waits to be
+killed; or, for ``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
 (the run checks whether it was given up before landing) and writes MARKER.late if it lands at all.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).

@@ -119,4 +119,3 @@ def test_landed_range_reads_rows_and_commit_range_from_the_footers(tmp_path):
     assert landed_range(files) == LandedRange(5, T0, T0 + timedelta(seconds=4))
     assert landed_range(files[1:]) == LandedRange(3, T0 + timedelta(seconds=3), T0 + timedelta(seconds=4))
     assert landed_range([]) == LandedRange(0, None, None)
-
