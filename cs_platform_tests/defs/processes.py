@@ -3,8 +3,8 @@
 ``python -m cs_platform_tests.defs.processes loop``: the sensor loop with its run workers, forever.
 ``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
 partition KEY that stops dead at POINT (``before_landing``; ``after_landing``: after a landing
-write that wrote rows (or the partition's last, or any after 20 s) and before the watermark
-update; ``between_chunks``: after a chunk that wrote rows (or any after 20 s) landed and its
+write that wrote rows (or the partition's last, or any 20 s after its first) and before the watermark
+update; ``between_chunks``: after a chunk that wrote rows (or any 20 s after the first) landed and its
 watermark was persisted, as the next chunk, read, is about to land), writes MARKER and waits to be
 killed; or, for ``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
 (the run checks whether it was given up before landing) and writes MARKER.late if it lands at all.
@@ -61,7 +61,7 @@ def wait_for(path: Path, timeout_s: float = 90) -> dict:
     return json.loads(path.read_text())
 
 
-PATIENCE_S = 20  # an after_landing or between_chunks run waits this long for a landing with rows
+PATIENCE_S = 20  # an after_landing or between_chunks run waits this long after its first chunk for one with rows
 
 
 def _run_until_killed() -> None:
@@ -71,7 +71,7 @@ def _run_until_killed() -> None:
 
 def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
     land, persist, check = LandingStore.write, PartitionMetadataStore.record_progress, reading._stop_if_given_up
-    last, started = {}, time.monotonic()
+    last: dict = {}
 
     def stop_dead(landed, **more) -> None:
         found = {"pid": os.getpid(), "landed": landed.path if landed else None, "rows": landed.rows if landed else 0, **more}
@@ -81,7 +81,9 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
     def write(self, stream, key, batch):
         if point == "before_landing":
             stop_dead(None)
-        patience_over = time.monotonic() - started > PATIENCE_S
+        # Patience counts from the first chunk, not from the process's start: on a loaded machine
+        # importing Dagster and starting the run alone can take longer than the patience.
+        patience_over = time.monotonic() - last.setdefault("first_chunk", time.monotonic()) > PATIENCE_S
         # Stop between two chunks once one of them landed rows (or, for a partition that gets none,
         # after a while): a first chunk of heartbeats alone says nothing about a landed file.
         if point == "between_chunks" and "watermark" in last and (last["landed"] is not None or patience_over):
