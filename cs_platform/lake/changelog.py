@@ -17,6 +17,10 @@ the files above their directory's mark, and looks up the marks in the log, not i
 grows with every file. A MERGE that inserts nothing commits nothing: its files are read again next
 time, all duplicates, until a MERGE with new rows records them. (A changelog from before the marks
 has none: its next ingest reads every landing file once, and inserts only what is new.)
+
+The same commit records the latest commit timestamp ingested so far (``latest_commit``, an upper
+bound of the table's commit timestamps): a cut above it has nothing to apply, which a lake run
+cutting every few seconds over an idle stream then learns from the log, not from a scan.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ _SPARK_TYPES = {pa.string(): "STRING", pa.int32(): "INT", pa.int64(): "BIGINT", 
 LANDED_COLUMNS = ", ".join(f"{quoted(f.name)} {_SPARK_TYPES[f.type]}" for f in LANDING_SCHEMA)
 
 MARKS = "ingested_upto"  # userMetadata key: {landing directory: last file name ingested}
+LATEST = "latest_commit"  # userMetadata key: the latest commit timestamp ingested so far (ISO 8601)
 CLUSTER_COLUMN = "commit_timestamp"  # what every ingest MERGE and every cut filters on
 
 
@@ -79,6 +84,12 @@ class Changelog:
     def ingested_marks(self) -> dict[str, str]:
         return ingested_marks(self.delta)
 
+    def latest_commit(self) -> datetime | None:
+        """No row of the changelog was committed after this (from the log: no Spark job); None if
+        nothing recorded it (no changelog yet, or one from before it was recorded)."""
+        recorded = self.delta.last_commit_metadata() or {}
+        return datetime.fromisoformat(recorded[LATEST]) if LATEST in recorded else None
+
     def ingest(self, files: list[str]) -> IngestResult:
         """Add the changes of ``files`` (a stream's landing files) not already present."""
         marks = self.ingested_marks()
@@ -93,7 +104,9 @@ class Changelog:
         if not footers.rows:
             return IngestResult(len(new), 0, 0)
         landed = self.spark.read.schema(LANDED_COLUMNS).parquet(*new)
-        added = self._insert_unseen(landed, footers.first, footers.last, {MARKS: dict(sorted(upto.items()))})
+        latest = max(filter(None, (footers.last, self.latest_commit())))
+        metadata = {MARKS: dict(sorted(upto.items())), LATEST: latest.isoformat()}
+        added = self._insert_unseen(landed, footers.first, footers.last, metadata)
         return IngestResult(len(new), footers.rows, added)
 
     def _insert_unseen(self, landed: DataFrame, first: datetime, last: datetime, metadata: dict) -> int:

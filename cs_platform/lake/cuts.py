@@ -193,6 +193,12 @@ class Lake:
         previous = published.cut if published else None
         if (previous is not None and cut <= previous) or not self.changelog.exists():
             return CutResult(cut, previous, applied=False)  # already applied, or nothing landed yet
+        latest = self.changelog.latest_commit()
+        if published is not None and latest is not None and latest <= previous:
+            # Nothing was committed after the previous cut (an idle stream whose watermark moved on
+            # heartbeats): the cut publishes the same versions, with no Spark job but its manifest append.
+            self._publish(PublishedCut(cut, published.versions, previous), 0, 0)
+            return CutResult(cut, previous, True, versions=published.versions)
         changes = self.changes(previous, cut).cache()  # the range is scanned once
         try:
             summary = summarize(changes)

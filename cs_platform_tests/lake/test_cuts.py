@@ -3,6 +3,7 @@ the way Cloud Spanner sends them (a transaction's records spread over partitions
 different times), applied with local Spark + Delta."""
 
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -184,3 +185,21 @@ def test_a_first_cut_with_nothing_under_it_records_nothing(lake):
     lake.changelog.ingest(store.files("BankStream"))
     assert not lake.apply_cut(T0).applied and lake.cuts() == []  # the only change is after the cut
     assert lake.apply_cut(later).applied and lake.cuts() == [later]
+
+
+def test_a_cut_with_nothing_committed_since_the_last_reads_no_changelog_file(lake):
+    lake, store = lake
+    later = T0 + timedelta(seconds=5)
+    land(store, "p", rec("t", 0, T0, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "1", "UpdatedAt": None})]), watermark=T0)
+    lake.changelog.ingest(store.files("BankStream"))
+    assert lake.changelog.latest_commit() == T0  # recorded by the ingest's commit
+    first = lake.apply_cut(T0)
+    # Heartbeats moved the watermark on and nothing was committed: the next cut learns it from the
+    # changelog's log. Its data files are gone here, so a cut that read them would fail.
+    data = [f for f in Path(lake.root, "changelog").rglob("*.parquet") if "_delta_log" not in f.parts]
+    assert data
+    for file in data:
+        file.unlink()
+    idle = lake.apply_cut(later)
+    assert idle.applied and (idle.transactions, idle.mods) == (0, 0) and idle.versions == first.versions
+    assert lake.cuts() == [T0, later] and balances(lake, later) == {"A": 1}
