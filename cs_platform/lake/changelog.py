@@ -59,6 +59,10 @@ def ingested_marks(changelog: DeltaPath) -> dict[str, str]:
     return recorded[MARKS] if recorded is not None else {}
 
 
+def _latest_commit(recorded: dict) -> datetime | None:
+    return datetime.fromisoformat(recorded[LATEST]) if LATEST in recorded else None
+
+
 @dataclass(frozen=True)
 class IngestResult:
     files: int  # landing files ingested now
@@ -81,18 +85,15 @@ class Changelog:
     def table(self) -> DataFrame:
         return self.delta.read(self.spark)
 
-    def ingested_marks(self) -> dict[str, str]:
-        return ingested_marks(self.delta)
-
     def latest_commit(self) -> datetime | None:
         """No row of the changelog was committed after this (from the log: no Spark job); None if
         nothing recorded it (no changelog yet, or one from before it was recorded)."""
-        recorded = self.delta.last_commit_metadata() or {}
-        return datetime.fromisoformat(recorded[LATEST]) if LATEST in recorded else None
+        return _latest_commit(self.delta.last_commit_metadata() or {})
 
     def ingest(self, files: list[str]) -> IngestResult:
         """Add the changes of ``files`` (a stream's landing files) not already present."""
-        marks = self.ingested_marks()
+        recorded = self.delta.last_commit_metadata() or {}
+        marks = recorded.get(MARKS, {})
         new = sorted(f for f in files if _split(f)[1] > marks.get(_split(f)[0], ""))
         if not new:
             return IngestResult(0, 0, 0)
@@ -104,7 +105,7 @@ class Changelog:
         if not footers.rows:
             return IngestResult(len(new), 0, 0)
         landed = self.spark.read.schema(LANDED_COLUMNS).parquet(*new)
-        latest = max(filter(None, (footers.last, self.latest_commit())))
+        latest = max(filter(None, (footers.last, _latest_commit(recorded))))
         metadata = {MARKS: dict(sorted(upto.items())), LATEST: latest.isoformat()}
         added = self._insert_unseen(landed, footers.first, footers.last, metadata)
         return IngestResult(len(new), footers.rows, added)
