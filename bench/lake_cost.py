@@ -12,6 +12,7 @@ table ``Accounts``), then:
   physical floor: the three Delta commits no cut can avoid, timed on their own for as many rows (a
   plain append of the landed rows, as the changelog takes them; one bare MERGE of as many keys into a
   copy of the mirror, same size and layout, its source already computed; a one-row manifest append).
+  Then a cut with nothing committed since the last (an idle stream's): ``idle_cut_over_small_cut``.
 
 - **history**: the same small and large cuts on two lakes of ``--history-rows`` keys, one of them
   keeping a history table (``CS_PLATFORM_HISTORY_TABLES``): ``*_cut_history_over_without``.
@@ -173,6 +174,15 @@ class Bench:
             "rows_copied": last_merge_metric(self.spark, lake, "numTargetRowsCopied"),
         }
 
+    def idle_cut(self, lake: Lake, landing: Landing) -> tuple[float, int]:
+        """(seconds, Spark jobs) of a cut with nothing committed since the last, as a lake run takes
+        it when heartbeats alone moved the watermark: no new landing file, the cut is later."""
+        later = landing.clock + timedelta(seconds=1)
+        landing.clock = later
+        # As :meth:`cut`, ingest is given the new files only: none.
+        seconds, jobs, _ = self.meter.measure(lambda: (lake.changelog.ingest([]), lake.apply_cut(later)))
+        return seconds, jobs
+
 
 class Floor:
     """The Delta commits a cut cannot avoid, without anything of ours around them (module docstring)."""
@@ -248,6 +258,7 @@ def scale(bench: Bench, mirror_rows: int, mods: int) -> None:
     bench.cut(lake, landing, inserts=0, updates=10)  # warm
     small = bench.cut(lake, landing, inserts=0, updates=10)
     large = bench.cut(lake, landing, inserts=0, updates=mods)
+    idle, idle_jobs = bench.idle_cut(lake, landing)
     floor = Floor(bench, lake)
     floor.seconds(small["append_s"], 10)  # warm
     small_floor, small_floor_jobs = floor.seconds(small["append_s"], 10)
@@ -266,6 +277,8 @@ def scale(bench: Bench, mirror_rows: int, mods: int) -> None:
     print(f"large_cut_over_floor: {large['seconds'] / large_floor:.2f}")
     print(f"large_floor_over_append: {large_floor / large['append_s']:.2f}")
     print(f"mirror_rows_copied_large_cut: {large['rows_copied']}")
+    print(f"idle_cut_s: {idle:.2f} ({idle_jobs} jobs; nothing committed since the last cut)")
+    print(f"idle_cut_over_small_cut: {idle / small['seconds']:.2f}")
 
 
 def history_cost(bench: Bench, rows: int, mods: int, repeats: int = 3) -> None:
