@@ -256,11 +256,14 @@ class SparkResource(ConfigurableResource):
     def setup_for_execution(self, context) -> None:
         from dagster_pyspark.resources import spark_session_from_config
 
+        from cs_platform.lake.ivy import ivy_lock
         from cs_platform.lake.spark import check_reachable
 
         config = self.spark_config()
         check_reachable(config)
-        self._session = spark_session_from_config(config)
+        # A driver starting here resolves Delta's jars into the Ivy cache: one resolver at a time.
+        with ivy_lock():
+            self._session = spark_session_from_config(config)
 
     @property
     def spark_session(self) -> SparkSession:

@@ -19,6 +19,7 @@ import pyspark
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import start_server, stop_process_group
 from cs_platform.dev.spark_cluster import spark_env
+from cs_platform.lake.ivy import ivy_lock
 from cs_platform.lake.spark import delta_spark_config, warm_delta
 from cs_platform.landing.gcs import GcsAccess
 
@@ -42,7 +43,11 @@ def spark_connect_server(
     """Run a Spark Connect server until exit; yields its ``sc://127.0.0.1:<port>`` address. The first
     start may resolve Delta's jars from Maven Central (then cached in ~/.ivy2.5.2)."""
     port = free_loopback_port()
-    process = start_server(server_command(port, master, storage), port, log_path, "the Spark Connect server", start_timeout_s, spark_env())
+    command = server_command(port, master, storage)  # (it may resolve the GCS connector, under the lock itself)
+    # The server resolves Delta's jars into the Ivy cache before it listens: hold the cache's lock
+    # until then, or a Spark session starting beside it can lose its gateway (seen in the suite).
+    with ivy_lock():
+        process = start_server(command, port, log_path, "the Spark Connect server", start_timeout_s, spark_env())
     warm_up = None
     try:
         remote = f"sc://127.0.0.1:{port}"
