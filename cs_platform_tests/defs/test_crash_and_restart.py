@@ -234,30 +234,38 @@ def test_a_run_killed_between_chunks_keeps_what_it_landed_and_loses_nothing(bank
     monkeypatch.setenv("CS_PLATFORM_LANDING_CHUNK_MODS", "20")  # a run with data lands many chunks
     monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "0.5")  # and one without, heartbeats
     workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds())
+    killed: dict[str, dict] = {}  # partition key -> the marker of the run killed in it
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
-        loop.run_for(8)
-        victims = {p.key: p for p in reading_partitions(bank_stream, loop)}
-        processes = {key: spawn("run", key, "between_chunks", str(tmp_path / f"{key}.json")) for key in victims}
-        # Each run stops after its first chunk (a partition that ends first ends its run normally).
-        deadline = Deadline(120)
-        while any(process.poll() is None and not (tmp_path / f"{key}.json").exists() for key, process in processes.items()):
-            assert not deadline.expired(), f"runs neither ended nor stopped between chunks ({deadline.describe()})"
-            time.sleep(0.1)
-        markers = {key: wait_for(tmp_path / f"{key}.json") for key in processes if (tmp_path / f"{key}.json").exists()}
-        assert any(m["rows"] for m in markers.values()), "no run landed a chunk of data: the writer was idle?"
-        # The runs are alive, and the UI already shows each file they landed (an observation per landing).
-        observed = {(r.asset_observation.partition, r.asset_observation.metadata["landing_path"].value) for r in dagster_instance.fetch_observations(ASSET, limit=10_000).records}
-        assert {(key, m["landed"]) for key, m in markers.items() if m["rows"]} <= observed
-        for key, marker in markers.items():
-            os.killpg(processes[key].pid, signal.SIGKILL)
-            assert processes[key].wait(timeout=10) == -signal.SIGKILL
-            after = bank_stream.store.get_by_key(key)
-            # What the killed run landed stays landed, and its watermark says so.
-            assert after.watermark.isoformat() == marker["watermark"] and after.state is PartitionState.RUNNING
-            if marker["rows"]:
-                assert marker["rows"] < 40, "the first chunk holds about CS_PLATFORM_LANDING_CHUNK_MODS mods"
-            else:  # an interval's chunk of heartbeats: no file, and the watermark moved all the same
-                assert marker["landed"] is None and after.watermark > victims[key].watermark
+        # The emulator puts the data in one partition at a time, which can end before its victim
+        # reads it (a victim takes seconds to start on a loaded machine): the other victims then get
+        # heartbeats only. Rounds of victims, each killed and checked, until one had landed rows.
+        for _ in range(KILL_ROUNDS):
+            loop.run_for(8)
+            victims = {p.key: p for p in reading_partitions(bank_stream, loop) if p.key not in killed}
+            processes = {key: spawn("run", key, "between_chunks", str(tmp_path / f"{key}.json")) for key in victims}
+            # Each run stops after its first chunk (a partition that ends first ends its run normally).
+            deadline = Deadline(120)
+            while any(process.poll() is None and not (tmp_path / f"{key}.json").exists() for key, process in processes.items()):
+                assert not deadline.expired(), f"runs neither ended nor stopped between chunks ({deadline.describe()})"
+                time.sleep(0.1)
+            markers = {key: wait_for(tmp_path / f"{key}.json") for key in processes if (tmp_path / f"{key}.json").exists()}
+            # The runs are alive, and the UI already shows each file they landed (an observation per landing).
+            observed = {(r.asset_observation.partition, r.asset_observation.metadata["landing_path"].value) for r in dagster_instance.fetch_observations(ASSET, limit=10_000).records}
+            assert {(key, m["landed"]) for key, m in markers.items() if m["rows"]} <= observed
+            for key, marker in markers.items():
+                os.killpg(processes[key].pid, signal.SIGKILL)
+                assert processes[key].wait(timeout=10) == -signal.SIGKILL
+                after = bank_stream.store.get_by_key(key)
+                # What the killed run landed stays landed, and its watermark says so.
+                assert after.watermark.isoformat() == marker["watermark"] and after.state is PartitionState.RUNNING
+                if marker["rows"]:
+                    assert marker["rows"] < 40, "the first chunk holds about CS_PLATFORM_LANDING_CHUNK_MODS mods"
+                else:  # an interval's chunk of heartbeats: no file, and the watermark moved all the same
+                    assert marker["landed"] is None and after.watermark > victims[key].watermark
+            killed.update(markers)
+            if any(m["rows"] for m in killed.values()):
+                break
+        assert any(m["rows"] for m in killed.values()), f"no run landed a chunk of data in {KILL_ROUNDS} rounds: the writer was idle?"
 
         stop.set()
         loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
