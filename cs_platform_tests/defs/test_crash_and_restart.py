@@ -74,6 +74,14 @@ def reading_partitions(bank_stream, loop):
 KILL_ROUNDS = 3
 
 
+def until_one_not_killed(loop, bank_stream, killed) -> None:
+    """Between two rounds of victims: the stream moves on to partitions not killed yet. When every
+    live partition was a victim, none comes before a victim's partition is re-launched (once
+    presumed dead, after stale_run_s) and ends into children: a fixed pause could end before that.
+    A child that waits for a killed parent (a merge) is no victim: wait for one that reads or is due to."""
+    loop.run_until(lambda: any(p.key not in killed for p in readable(bank_stream.store)), timeout_s=120, drain=False)
+
+
 @pytest.mark.parametrize("point", ["before_landing", "after_landing"])
 def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_path, point):
     workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds())
@@ -103,12 +111,7 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
             landed_rows = sum(m["rows"] for m in markers.values())
             if point == "before_landing" or landed_rows > 0:
                 break
-            # The stream moves on to partitions not killed yet. When every live partition was a
-            # victim, none comes before a victim's partition is re-launched (once presumed dead,
-            # after stale_run_s) and ends into children: a fixed pause could end before that. A
-            # child that waits for a killed parent (a merge) is no victim: wait for one that reads
-            # or is due to.
-            loop.run_until(lambda: any(p.key not in markers for p in readable(bank_stream.store)), timeout_s=120, drain=False)
+            until_one_not_killed(loop, bank_stream, markers)
         if point == "before_landing":
             assert landed_rows == 0
 
@@ -239,8 +242,8 @@ def test_a_run_killed_between_chunks_keeps_what_it_landed_and_loses_nothing(bank
         # The emulator puts the data in one partition at a time, which can end before its victim
         # reads it (a victim takes seconds to start on a loaded machine): the other victims then get
         # heartbeats only. Rounds of victims, each killed and checked, until one had landed rows.
+        loop.run_for(8)
         for _ in range(KILL_ROUNDS):
-            loop.run_for(8)
             victims = {p.key: p for p in reading_partitions(bank_stream, loop) if p.key not in killed}
             processes = {key: spawn("run", key, "between_chunks", str(tmp_path / f"{key}.json")) for key in victims}
             # Each run stops after its first chunk (a partition that ends first ends its run normally).
@@ -265,6 +268,7 @@ def test_a_run_killed_between_chunks_keeps_what_it_landed_and_loses_nothing(bank
             killed.update(markers)
             if any(m["rows"] for m in killed.values()):
                 break
+            until_one_not_killed(loop, bank_stream, killed)
         assert any(m["rows"] for m in killed.values()), f"no run landed a chunk of data in {KILL_ROUNDS} rounds: the writer was idle?"
 
         stop.set()
