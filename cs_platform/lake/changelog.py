@@ -55,8 +55,7 @@ def _split(file: str) -> tuple[str, str]:
 
 def ingested_marks(changelog: DeltaPath) -> dict[str, str]:
     """Per landing directory, the last file name ingested (from the log: no Spark job)."""
-    recorded = changelog.last_commit_metadata()
-    return recorded[MARKS] if recorded is not None else {}
+    return (changelog.last_commit_metadata() or {}).get(MARKS, {})
 
 
 def _latest_commit(recorded: dict) -> datetime | None:
