@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 from datetime import datetime
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.json as pa_json
@@ -64,15 +65,18 @@ def column_types_json(column_types: tuple[ColumnType, ...]) -> str:
     )
 
 
-def batch_to_table(batch: PartitionBatch) -> pa.Table:
-    """One row per mod of ``batch``, as Arrow.
+def batch_to_tables(batch: PartitionBatch, rows_per_table: int) -> Iterator[pa.Table]:
+    """One row per mod of ``batch``, as Arrow tables of at most ``rows_per_table`` rows each.
+
+    A landing write converts and writes one table before building the next, so its memory holds one
+    slice of the chunk in every form (JSON lines, Arrow, Parquet pages), not the whole chunk in each.
 
     Built by Arrow's JSON reader from one JSON line per row, not by ``pa.array`` over Python lists:
     the first ``pa.array`` of a process imports pandas (pyarrow looks for pandas types in its
     argument), some 40 MB that a reader run otherwise never needs. Timestamps go through ISO 8601
     with microseconds, the precision of the column."""
     encode = json.JSONEncoder(separators=(",", ":")).encode
-    lines = []
+    lines: list[str] = []
     for record in batch.records:
         shared = {
             "commit_timestamp": datetime.isoformat(record.commit_timestamp, timespec="microseconds"),
@@ -92,8 +96,14 @@ def batch_to_table(batch: PartitionBatch) -> pa.Table:
         for index, mod in enumerate(record.mods):
             values = {"keys": encode(dict(mod.keys)), "new_values": encode(dict(mod.new_values)), "old_values": encode(dict(mod.old_values))}
             lines.append(encode({**shared, "mod_index": index, **values}))
-    if not lines:
-        return LANDING_SCHEMA.empty_table()
+            if len(lines) == rows_per_table:
+                yield _parse(lines)
+                lines = []
+    if lines:
+        yield _parse(lines)
+
+
+def _parse(lines: list[str]) -> pa.Table:
     text = "\n".join(lines).encode()
     return pa_json.read_json(
         io.BytesIO(text),

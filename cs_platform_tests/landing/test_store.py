@@ -12,7 +12,7 @@ from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentif
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.landing.rows import IDENTITY, LANDING_SCHEMA
-from cs_platform.landing.store import LandedRange, LandingStore, landed_range
+from cs_platform.landing.store import ROW_GROUP_ROWS, LandedRange, LandingStore, landed_range
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
 
@@ -49,6 +49,24 @@ def test_one_row_per_mod_with_identity_and_wire_values(tmp_path):
     assert [tuple(r[c] for c in IDENTITY) for r in rows] == [("txn-1", "00000000", 0), ("txn-1", "00000000", 1), ("txn-1", "00000001", 0)]
     assert rows[1]["keys"] == '{"AccountId":"a1"}' and rows[1]["new_values"] == '{"Balance":"10"}'
     assert rows[0]["commit_timestamp"] == T0 and rows[0]["partition_token"] == "tok/with+slash="
+
+
+def test_a_chunk_larger_than_a_row_group_lands_every_mod_once_in_order(tmp_path):
+    """A landing write builds and writes one row group at a time (its memory holds one slice of the
+    chunk): slices split records and end exactly, and the footers still give the file's range."""
+    late = T0 + timedelta(milliseconds=500)
+    mods = ROW_GROUP_ROWS + 7
+    landed = LandingStore(str(tmp_path)).write(
+        "BankStream", "key", batch(record("00000000", mods - 3), record("00000001", 3, late))
+    )
+    parquet = pq.ParquetFile(landed.path)
+    assert [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)] == [ROW_GROUP_ROWS, 7]
+    rows = parquet.read().to_pylist()
+    assert landed.rows == len(rows) == mods
+    expected = [("00000000", i) for i in range(mods - 3)] + [("00000001", i) for i in range(3)]
+    assert [(r["record_sequence"], r["mod_index"]) for r in rows] == expected
+    assert rows[-1]["commit_timestamp"] == late and rows[ROW_GROUP_ROWS - 1]["keys"] == f'{{"AccountId":"a{ROW_GROUP_ROWS - 1}"}}'
+    assert landed_range([landed.path]) == LandedRange(mods, T0, late)
 
 
 LANDS_WITHOUT_PANDAS = """
