@@ -37,6 +37,9 @@ STREAM = "EventStream"
 
 
 def write(database, transactions: int, rows: int):
+    """Returns the range to read: from just before the first commit (a child of the initial
+    partition reads from just after the stream's start T0, whose commits are the snapshot's), to
+    just after the last."""
     start = None
     last = None
     for t in range(transactions):
@@ -50,7 +53,7 @@ def write(database, transactions: int, rows: int):
         last = b.committed
         if (t + 1) % 50 == 0:
             print(f"  wrote {(t + 1) * rows:,} mods", flush=True)
-    return start, last + timedelta(milliseconds=1)
+    return start - timedelta(microseconds=1), last + timedelta(milliseconds=1)
 
 
 def partitions(database, query: ChangeStreamQuery, store, start, end) -> list[str]:
