@@ -2,7 +2,7 @@
 
 Synthesizes landing files shaped like the reader's (one row per mod): --keys account inserts, then
 updates of random accounts, in transactions of --mods-per-txn mods, --mods in all (>= 200k). Then:
-  (baseline) spark.read.parquet(landing).write.format("delta").mode("append")  — the rows as-is
+  (baseline) read_landed(spark, landing).write.format("delta").mode("append")  — the rows as-is
   (ingest)   Changelog.ingest: MERGE on change identity (exactly-once)
   (apply)    Lake.apply_cut: completeness check, per-key fold in commit order, MERGE into the mirror,
              manifest append
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
+from cs_platform.lake.changelog import read_landed
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.landing.store import LandingStore
@@ -85,7 +86,7 @@ def main() -> None:
         results: dict[str, list[float]] = {"baseline": [], "ingest": [], "apply": []}
         for run in range(args.repeat):
             lake = Lake(spark, str(work / f"lake{run}"))
-            results["baseline"].append(timed(lambda: spark.read.parquet(*files).write.format("delta").mode("append").save(str(work / f"append{run}"))))
+            results["baseline"].append(timed(lambda: read_landed(spark, files).write.format("delta").mode("append").save(str(work / f"append{run}"))))
             results["ingest"].append(timed(lambda: lake.changelog.ingest(files)))
             results["apply"].append(timed(lambda: lake.apply_cut(last)))
             rows = lake.mirrors_at_cut()["Accounts"].count()

@@ -42,6 +42,7 @@ from py4j.protocol import Py4JJavaError
 
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
+from cs_platform.lake.changelog import read_landed
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.delta import session_conf
@@ -159,7 +160,7 @@ class Bench:
         """The baseline: a plain Delta append of the same landed rows."""
         self.appends += 1
         target = str(self.work / f"append{self.appends}")
-        return self.meter.measure(lambda: self.spark.read.parquet(*files).write.format("delta").mode("append").save(target))[0]
+        return self.meter.measure(lambda: read_landed(self.spark, files).write.format("delta").mode("append").save(target))[0]
 
     def cut(self, lake: Lake, landing: Landing, inserts: int, updates: int) -> dict[str, float]:
         files, last = landing.write(inserts, updates, self.rng)

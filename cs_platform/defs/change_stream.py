@@ -91,7 +91,7 @@ def change_stream_definitions(
         partitions_def=partitions,
         group_name=names.slug,
         required_resource_keys={names.resource_key, "landing"},
-        kinds={"spanner", "parquet"},
+        kinds={"spanner", "json"},
         description=(
             f"Change records of stream {stream}, one dynamic partition per partition token, landed as "
             "Parquet. Materializing a running partition reads on from its watermark until the soft "

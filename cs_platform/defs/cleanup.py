@@ -103,7 +103,7 @@ def cleanup_definitions(slug: str, stream: str, resource_key: str, partitions_de
     @asset(
         key=key,
         group_name=slug,
-        kinds={"spanner", "parquet"},
+        kinds={"spanner", "json"},
         required_resource_keys={resource_key, "landing", "lake", "retention"},
         description=(
             f"Removes what stream {stream} leaves behind, by retention: FINISHED partitions (metadata rows and "

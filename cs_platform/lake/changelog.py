@@ -4,7 +4,7 @@ Identity of a row is (server_transaction_id, record_sequence, mod_index). Ingest
 not ingested before and MERGEs on identity, inserting only unseen changes, so re-ingesting a file, a
 replayed read or a duplicate landed by a crash changes nothing. A duplicate change always carries
 the same commit timestamp, so the MERGE matches only changelog rows inside the batch's commit
-range (the new files' footers give it, and their row counts, without a Spark job): Delta skips
+range (the new files' names bound it, and count their rows, without a Spark job): Delta skips
 every file outside it (the table is clustered by commit timestamp), and the rows read follow the
 batch, not the history.
 
@@ -18,39 +18,49 @@ grows with every file. A MERGE that inserts nothing commits nothing: its files a
 time, all duplicates, until a MERGE with new rows records them. (A changelog from before the marks
 has none: its next ingest reads every landing file once, and inserts only what is new.)
 
-The same commit records the latest commit timestamp ingested so far (``latest_commit``, an upper
-bound of the table's commit timestamps): a cut above it has nothing to apply, which a lake run
+The same commit records a bound of the commit timestamps ingested so far (``latest_commit``: the
+latest watermark the ingested files' names record): a cut above it has nothing to apply, which a lake run
 cutting every few seconds over an idle stream then learns from the log, not from a scan.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import datetime
 
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cs_platform.lake.delta import DeltaPath
 from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.types import sql_timestamp
-from cs_platform.landing.rows import IDENTITY, LANDING_SCHEMA
-from cs_platform.landing.store import landed_range
+from cs_platform.landing.rows import IDENTITY, LANDING_COLUMNS, TIMESTAMP_PATTERN
+from cs_platform.landing.store import PARQUET_SUFFIX, landed_range
 
 # The landing files' columns as Spark reads them, given rather than inferred (inferring is a Spark job per ingest).
-_SPARK_TYPES = {pa.string(): "STRING", pa.int32(): "INT", pa.int64(): "BIGINT", pa.bool_(): "BOOLEAN", pa.timestamp("us", tz="UTC"): "TIMESTAMP"}
-LANDED_COLUMNS = ", ".join(f"{quoted(f.name)} {_SPARK_TYPES[f.type]}" for f in LANDING_SCHEMA)
+LANDED_COLUMNS = ", ".join(f"{quoted(name)} {kind}" for name, kind in LANDING_COLUMNS)
 
 MARKS = "ingested_upto"  # userMetadata key: {landing directory: last file name ingested}
-LATEST = "latest_commit"  # userMetadata key: the latest commit timestamp ingested so far (ISO 8601)
+LATEST = "latest_commit"  # userMetadata key: no row ingested so far committed after this (ISO 8601)
 CLUSTER_COLUMN = "commit_timestamp"  # what every ingest MERGE and every cut filters on
 
 
 def _split(file: str) -> tuple[str, str]:
     directory, _, name = file.rpartition("/")
     return directory, name
+
+
+def read_landed(spark: SparkSession, files: list[str]) -> DataFrame:
+    """The rows of landing ``files``: JSON lines, and Parquet files of earlier versions beside them.
+    A line that does not fit the landing columns fails the read (FAILFAST): never a row of nulls."""
+    lines = [f for f in files if not f.endswith(PARQUET_SUFFIX)]
+    parquet = [f for f in files if f.endswith(PARQUET_SUFFIX)]
+    reader = spark.read.schema(LANDED_COLUMNS)
+    frames = [reader.option("mode", "FAILFAST").option("timestampFormat", TIMESTAMP_PATTERN).json(lines)] if lines else []
+    frames += [reader.parquet(*parquet)] if parquet else []
+    return functools.reduce(DataFrame.unionByName, frames)
 
 
 def ingested_marks(changelog: DeltaPath) -> dict[str, str]:
@@ -100,14 +110,14 @@ class Changelog:
         upto = {d: name for d, name in marks.items() if d in listed}  # directories gone from landing are forgotten
         for directory, name in map(_split, new):
             upto[directory] = max(name, upto.get(directory, ""))
-        footers = landed_range(new)
-        if not footers.rows:
+        named = landed_range(new)
+        rows = named.rows + (read_landed(self.spark, list(named.uncounted)).count() if named.uncounted else 0)
+        if not rows:
             return IngestResult(len(new), 0, 0)
-        landed = self.spark.read.schema(LANDED_COLUMNS).parquet(*new)
-        latest = max(filter(None, (footers.last, _latest_commit(recorded))))
+        latest = max(filter(None, (named.last, _latest_commit(recorded))))
         metadata = {MARKS: dict(sorted(upto.items())), LATEST: latest.isoformat()}
-        added = self._insert_unseen(landed, footers.first, footers.last, metadata)
-        return IngestResult(len(new), footers.rows, added)
+        added = self._insert_unseen(read_landed(self.spark, new), named.first, named.last, metadata)
+        return IngestResult(len(new), rows, added)
 
     def _insert_unseen(self, landed: DataFrame, first: datetime, last: datetime, metadata: dict) -> int:
         """MERGE ``landed`` (commits in [first, last]) on identity, its commit recording

@@ -18,12 +18,13 @@ import os
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 from urllib.parse import urlsplit
 
-from pyarrow import fs as pafs
-
 from cs_platform.changestream.errors import InvalidArgumentError
+
+if TYPE_CHECKING:
+    from pyarrow import fs as pafs
 
 EMULATOR_SETTING = "STORAGE_EMULATOR_HOST"
 CREDENTIALS_SETTING = "GOOGLE_APPLICATION_CREDENTIALS"
@@ -68,7 +69,9 @@ class GcsAccess:
                 f"(Dataproc, GKE, Compute Engine); for a local GCS emulator set {EMULATOR_SETTING}=http://127.0.0.1:<port>"
             )
 
-    def filesystem(self) -> pafs.GcsFileSystem:
+    def filesystem(self) -> "pafs.GcsFileSystem":
+        from pyarrow import fs as pafs  # only where a gs:// root is used
+
         if self.emulator is None:
             return pafs.GcsFileSystem(retry_time_limit=RETRY_LIMIT)
         parts = urlsplit(self.emulator)

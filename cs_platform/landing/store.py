@@ -1,7 +1,10 @@
-"""Landing files: ``<root>/<stream>/<partition key>/<query start>_<watermark>.parquet``.
+"""Landing files: ``<root>/<stream>/<partition key>/<query start>_<watermark>_<rows>.json.gz``.
 
-The path is a function of the partition and the range read, so landing the same read twice writes
+The name is a function of the partition and the range read, so landing the same read twice writes
 the same file (idempotent), and a file is either complete or absent (``Location.write_atomic``).
+The name also says what the lake's ingest needs before it reads a file: every row's commit
+timestamp lies in (query start, watermark], and how many rows it holds. (Files landed by earlier
+versions are Parquet, named ``<query start>_<watermark>.parquet``; ingest and cleanup still take them.)
 A stream's directory belongs to one source (``_source.json``, see ``source``): a store given a
 source refuses to land into another source's directory.
 
@@ -11,22 +14,25 @@ Only after :meth:`LandingStore.write` returns may the caller persist the partiti
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import gzip
+import io
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Mapping, Sequence
-
-import pyarrow as pa
-import pyarrow.parquet as pq
-from pyarrow import fs as pafs
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from cs_platform.changestream.query import validate_identifier
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.landing.location import Location
-from cs_platform.landing.rows import DICTIONARY_COLUMNS, LANDING_MEMORY_POOL, LANDING_SCHEMA, batch_to_tables
+from cs_platform.landing.rows import LANDING_COLUMNS, write_rows
 from cs_platform.landing.source import SourceIdentity, bind, check_owner
 
-SUFFIX = ".parquet"
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyarrow import fs as pafs
+
+SUFFIX = ".json.gz"
+PARQUET_SUFFIX = ".parquet"  # landed by versions before JSON lines
+SUFFIXES = (SUFFIX, PARQUET_SUFFIX)
 ROOT_SETTING = "CS_PLATFORM_LANDING_ROOT"
 
 
@@ -38,12 +44,23 @@ class LandedFile:
 
 
 @dataclass(frozen=True)
+class LandedName:
+    """What a landing file's name says of it."""
+
+    query_start: datetime  # no row of the file committed before this
+    watermark: datetime  # nor after this
+    rows: int | None  # None for a Parquet file of an earlier version: its name counts no rows
+
+
+@dataclass(frozen=True)
 class LandedRange:
-    """What some landing files hold: their rows and the range of their commit timestamps."""
+    """What some landing files hold, from their names alone: the rows of those that count them, and
+    bounds of every row's commit timestamp."""
 
     rows: int
-    first: datetime | None  # None when there are no rows
+    first: datetime | None  # None when there are no files
     last: datetime | None
+    uncounted: tuple[str, ...] = ()  # Parquet files of an earlier version: count their rows by reading them
 
 
 @dataclass(frozen=True)
@@ -60,51 +77,47 @@ class RemovedLanding:
 _STAMP = "%Y%m%dT%H%M%S%fZ"
 
 
-# Rows per Parquet row group, built and written one at a time: this bounds the memory a landing
-# write adds to its run, whatever the chunk's size.
-ROW_GROUP_ROWS = 2_000
-
-
-def _write_parquet(batch: PartitionBatch, out) -> None:
-    """Write ``batch``'s rows as Parquet to ``out``, one row group at a time."""
-    with pq.ParquetWriter(out, LANDING_SCHEMA, use_dictionary=DICTIONARY_COLUMNS, memory_pool=LANDING_MEMORY_POOL) as writer:
-        for table in batch_to_tables(batch, ROW_GROUP_ROWS):
-            writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
-
-
 def _stamp(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime(_STAMP)
 
 
+def _parse_stamp(text: str) -> datetime:
+    return datetime.strptime(text, _STAMP).replace(tzinfo=timezone.utc)
+
+
+def landed_name(name: str) -> LandedName:
+    """Parse a landing file's name (its last path segment is taken)."""
+    name = name.rpartition("/")[2]
+    suffix = next((s for s in SUFFIXES if name.endswith(s)), None)
+    parts = name.removesuffix(suffix).split("_") if suffix else []
+    if len(parts) != (3 if suffix == SUFFIX else 2):
+        raise ValueError(f"{name!r} is not a landing file's name (<query start>_<watermark>_<rows>{SUFFIX})")
+    return LandedName(_parse_stamp(parts[0]), _parse_stamp(parts[1]), int(parts[2]) if suffix == SUFFIX else None)
+
+
 def landed_upto(name: str) -> datetime:
-    """The watermark a landing file's name records (``<query start>_<watermark>.parquet``)."""
-    return datetime.strptime(name.removesuffix(SUFFIX).rpartition("_")[2], _STAMP).replace(tzinfo=timezone.utc)
-
-
-FOOTER_READERS = 16  # footers read at once: object stores answer each in tens of milliseconds
+    """The watermark a landing file's name records."""
+    return landed_name(name).watermark
 
 
 def landed_range(files: Sequence[str]) -> LandedRange:
-    """Rows and commit timestamp range of landing ``files`` (URIs as :meth:`LandingStore.files`
-    gives them), from their Parquet footers alone: the lake's ingest needs both before its MERGE,
-    and reading the footers here costs less than a Spark job that reads them."""
-    if not files:
-        return LandedRange(0, None, None)
-    location = Location(files[0], ROOT_SETTING)
+    """Rows and commit timestamp bounds of landing ``files`` (URIs as :meth:`LandingStore.files`
+    gives them), from their names: the lake's ingest needs both before its MERGE, and reads no file
+    for them."""
+    names = [landed_name(f) for f in files]
+    return LandedRange(
+        rows=sum(n.rows for n in names if n.rows is not None),
+        first=min((n.query_start for n in names), default=None),
+        last=max((n.watermark for n in names), default=None),
+        uncounted=tuple(f for f, n in zip(files, names) if n.rows is None),
+    )
 
-    def footer(uri: str) -> tuple[int, datetime | None, datetime | None]:
-        metadata = pq.read_metadata(location.path_of(uri), filesystem=location.filesystem)
-        column = metadata.schema.names.index("commit_timestamp")
-        groups = [metadata.row_group(g) for g in range(metadata.num_row_groups)]
-        stats = [g.column(column).statistics for g in groups if g.num_rows]
-        if not all(s is not None and s.has_min_max for s in stats):
-            raise ValueError(f"landing file {uri} has no commit_timestamp statistics: it was not landed by a reader run")
-        return metadata.num_rows, min((s.min for s in stats), default=None), max((s.max for s in stats), default=None)
 
-    with ThreadPoolExecutor(min(FOOTER_READERS, len(files))) as pool:
-        found = list(pool.map(footer, files))
-    firsts, lasts = [f for _, f, _ in found if f is not None], [l for _, _, l in found if l is not None]
-    return LandedRange(sum(rows for rows, _, _ in found), min(firsts, default=None), max(lasts, default=None))
+def _arrow_schema() -> "pa.Schema":
+    import pyarrow as pa
+
+    types = {"TIMESTAMP": pa.timestamp("us", tz="UTC"), "STRING": pa.string(), "INT": pa.int32(), "BIGINT": pa.int64(), "BOOLEAN": pa.bool_()}
+    return pa.schema([(name, types[kind]) for name, kind in LANDING_COLUMNS])
 
 
 class LandingStore:
@@ -112,7 +125,7 @@ class LandingStore:
 
     def __init__(self, root: str, source: SourceIdentity | None = None) -> None:
         self.location = Location(root, ROOT_SETTING)
-        self.filesystem, self.base = self.location.filesystem, self.location.base
+        self.base = self.location.base
         self.source = source
         self._bound: set[str] = set()
 
@@ -122,8 +135,12 @@ class LandingStore:
     def directory(self, stream: str, partition_key: str) -> str:
         return f"{self.stream_directory(stream)}/{partition_key}"
 
+    @property
+    def filesystem(self) -> "pafs.FileSystem":
+        return self.location.filesystem
+
     def path_for(self, stream: str, partition_key: str, batch: PartitionBatch) -> str:
-        name = f"{_stamp(batch.query_start)}_{_stamp(batch.watermark)}{SUFFIX}"
+        name = f"{_stamp(batch.query_start)}_{_stamp(batch.watermark)}_{batch.mod_count}{SUFFIX}"
         return f"{self.directory(stream, partition_key)}/{name}"
 
     def bind(self, stream: str) -> None:
@@ -145,12 +162,15 @@ class LandingStore:
             return None
         self.bind(stream)
         path = self.path_for(stream, partition_key, batch)
-        size = self.location.write_atomic(path, lambda out: _write_parquet(batch, out))
+        size = self.location.write_atomic(path, lambda out: write_rows(batch, out))
         return LandedFile(path=self.location.uri(path), rows=batch.mod_count, bytes=size)
 
-    def _infos(self, stream: str) -> list[pafs.FileInfo]:
+    def _infos(self, stream: str) -> list["pafs.FileInfo"]:
+        from pyarrow import fs as pafs  # listing is the lake's and cleanup's: a reader run never lists
+
         selector = pafs.FileSelector(self.stream_directory(stream), recursive=True, allow_not_found=True)
-        return sorted((i for i in self.filesystem.get_file_info(selector) if i.is_file and i.path.endswith(SUFFIX)), key=lambda i: i.path)
+        found = self.filesystem.get_file_info(selector)
+        return sorted((i for i in found if i.is_file and i.path.endswith(SUFFIXES)), key=lambda i: i.path)
 
     def _paths(self, stream: str) -> list[str]:
         return [i.path for i in self._infos(stream)]
@@ -167,7 +187,7 @@ class LandingStore:
         """
         removed = removed_bytes = not_ingested = recent = 0
         emptied = set()
-        by_directory: dict[str, list[pafs.FileInfo]] = {}
+        by_directory: dict[str, list["pafs.FileInfo"]] = {}
         for info in self._infos(stream):
             by_directory.setdefault(info.path.rpartition("/")[0], []).append(info)
         for directory, infos in by_directory.items():
@@ -193,7 +213,21 @@ class LandingStore:
         """Every landed file of a stream (temporary files excluded), sorted."""
         return [self.location.uri(p) for p in self._paths(stream)]
 
-    def read(self, stream: str) -> pa.Table:
+    def read(self, stream: str) -> "pa.Table":
         """All landed rows of a stream, duplicates included (tests and small tools; Spark reads at scale)."""
-        tables = [pq.read_table(p, filesystem=self.filesystem) for p in self._paths(stream)]
-        return pa.concat_tables(tables) if tables else LANDING_SCHEMA.empty_table()
+        import pyarrow as pa
+        import pyarrow.json as pa_json
+        import pyarrow.parquet as pq
+
+        schema = _arrow_schema()
+        options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+
+        def table(path: str) -> pa.Table:
+            if path.endswith(PARQUET_SUFFIX):
+                return pq.read_table(path, filesystem=self.filesystem).select(schema.names).cast(schema)
+            with self.filesystem.open_input_stream(path, compression=None) as compressed:
+                lines = gzip.decompress(compressed.read())
+            return pa_json.read_json(io.BytesIO(lines), parse_options=options).select(schema.names)
+
+        tables = [table(p) for p in self._paths(stream)]
+        return pa.concat_tables(tables) if tables else schema.empty_table()

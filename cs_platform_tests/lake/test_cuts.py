@@ -5,6 +5,7 @@ different times), applied with local Spark + Delta."""
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from cs_platform.changestream.reader import PartitionBatch
@@ -203,3 +204,22 @@ def test_a_cut_with_nothing_committed_since_the_last_reads_no_changelog_file(lak
     idle = lake.apply_cut(later)
     assert idle.applied and (idle.transactions, idle.mods) == (0, 0) and idle.versions == first.versions
     assert lake.cuts() == [T0, later] and balances(lake, later) == {"A": 1}
+
+
+def test_parquet_landing_files_of_an_earlier_version_are_still_ingested(lake):
+    """Landing wrote Parquet before JSON lines, in files whose names count no rows: an upgraded lake
+    run ingests those beside new files, counting their rows by reading them."""
+    import pyarrow.parquet as pq
+
+    lake, store = lake
+    insert = rec("t1", 0, T0, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "1", "UpdatedAt": None})])
+    old = Path(land(store, "p", insert, watermark=T0).path)
+    legacy = old.with_name(old.name.rsplit("_", 1)[0] + ".parquet")  # <query start>_<watermark>.parquet
+    pq.write_table(store.read("BankStream"), legacy)
+    old.unlink()
+    later = T0 + timedelta(seconds=1)
+    land(store, "p", rec("t2", 1, later, "Accounts", "UPDATE", [({"AccountId": "A"}, {"Balance": "2"})]), watermark=later)
+    assert store.files("BankStream") == sorted([str(legacy), *(f for f in store.files("BankStream") if f.endswith(".json.gz"))])
+    ingested = lake.changelog.ingest(store.files("BankStream"))
+    assert (ingested.files, ingested.rows_read, ingested.rows_added) == (2, 2, 2)
+    assert lake.apply_cut(later).applied and balances(lake, later) == {"A": 2}

@@ -1,18 +1,19 @@
 """Landing files: atomic, idempotent, one row per mod with the change identity; clear errors."""
 
+import gzip
+import json
 import os
 import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
-import pyarrow.parquet as pq
 import pytest
 
 from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
-from cs_platform.landing.rows import IDENTITY, LANDING_SCHEMA
-from cs_platform.landing.store import ROW_GROUP_ROWS, LandedRange, LandingStore, landed_range
+from cs_platform.landing.rows import IDENTITY, LANDING_COLUMNS
+from cs_platform.landing.store import LandedRange, LandingStore, landed_name, landed_range
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
 
@@ -43,47 +44,50 @@ def batch(*records: DataChangeRecord, watermark: datetime = T0 + timedelta(secon
 def test_one_row_per_mod_with_identity_and_wire_values(tmp_path):
     store = LandingStore(str(tmp_path))
     landed = store.write("BankStream", "20260101T120000Z-abc", batch(record("00000000", 2), record("00000001", 1)))
-    table = pq.read_table(landed.path)
-    assert table.schema == LANDING_SCHEMA and landed.rows == 3 and landed.bytes == os.path.getsize(landed.path)
-    rows = table.to_pylist()
+    assert landed.rows == 3 and landed.bytes == os.path.getsize(landed.path)
+    with gzip.open(landed.path, "rt") as lines:
+        rows = [json.loads(line) for line in lines]
     assert [tuple(r[c] for c in IDENTITY) for r in rows] == [("txn-1", "00000000", 0), ("txn-1", "00000000", 1), ("txn-1", "00000001", 0)]
     assert rows[1]["keys"] == '{"AccountId":"a1"}' and rows[1]["new_values"] == '{"Balance":"10"}'
-    assert rows[0]["commit_timestamp"] == T0 and rows[0]["partition_token"] == "tok/with+slash="
+    assert rows[0]["commit_timestamp"] == "2026-01-01T12:00:00.000000+00:00" and rows[0]["partition_token"] == "tok/with+slash="
+    assert all(list(r) and set(r) == {name for name, _ in LANDING_COLUMNS} for r in rows)
+    table = store.read("BankStream")  # as typed rows
+    assert table.schema.names == [name for name, _ in LANDING_COLUMNS] and table.num_rows == 3
+    assert table.to_pylist()[0]["commit_timestamp"] == T0
 
 
-def test_a_chunk_larger_than_a_row_group_lands_every_mod_once_in_order(tmp_path):
-    """A landing write builds and writes one row group at a time (its memory holds one slice of the
-    chunk): slices split records and end exactly, and the footers still give the file's range."""
-    late = T0 + timedelta(milliseconds=500)
-    mods = ROW_GROUP_ROWS + 7
-    landed = LandingStore(str(tmp_path)).write(
-        "BankStream", "key", batch(record("00000000", mods - 3), record("00000001", 3, late))
-    )
-    parquet = pq.ParquetFile(landed.path)
-    assert [parquet.metadata.row_group(g).num_rows for g in range(parquet.num_row_groups)] == [ROW_GROUP_ROWS, 7]
-    rows = parquet.read().to_pylist()
-    assert landed.rows == len(rows) == mods
-    expected = [("00000000", i) for i in range(mods - 3)] + [("00000001", i) for i in range(3)]
-    assert [(r["record_sequence"], r["mod_index"]) for r in rows] == expected
-    assert rows[-1]["commit_timestamp"] == late and rows[ROW_GROUP_ROWS - 1]["keys"] == f'{{"AccountId":"a{ROW_GROUP_ROWS - 1}"}}'
-    assert landed_range([landed.path]) == LandedRange(mods, T0, late)
+def test_the_name_bounds_the_commit_timestamps_and_counts_the_rows(tmp_path):
+    read = batch(record("00000000", 2), record("00000001", 1))
+    landed = LandingStore(str(tmp_path)).write("BankStream", "key", read)
+    assert landed_name(landed.path) == landed_name(os.path.basename(landed.path))
+    assert landed_name(landed.path) == type(landed_name(landed.path))(read.query_start, read.watermark, 3)
+    earlier = landed_name("/x/20260101T115955000000Z_20260101T120001000000Z.parquet")  # landed by an earlier version
+    assert (earlier.query_start, earlier.watermark, earlier.rows) == (T0 - timedelta(seconds=5), T0 + timedelta(seconds=1), None)
+    with pytest.raises(ValueError, match="not a landing file"):
+        landed_name("/x/_source.json")
 
 
-LANDS_WITHOUT_PANDAS = """
+READER_RUN_LANDS = """
 import sys
+from cs_platform.definitions import build_definitions
+from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.landing.test_store import batch, record
-landed = LandingStore(sys.argv[1]).write("BankStream", "key", batch(record("00000000", 3)))
-print(landed.rows, "pandas" in sys.modules)
+build_definitions()
+store = LandingStore(sys.argv[1], SourceIdentity("project", "instance", "database", "BankStream", "txn"))
+store.check_writable()
+landed = store.write("BankStream", "key", batch(record("00000000", 3)))
+print(landed.rows, *sorted(m for m in ("pyarrow", "pandas", "pyspark", "delta") if m in sys.modules))
 """
 
 
-def test_landing_rows_does_not_import_pandas(tmp_path):
-    """A reader run's landing builds its Arrow table without pandas (about 40 MB of a reader run's
-    memory), in a fresh process, as a run lands."""
-    done = subprocess.run([sys.executable, "-c", LANDS_WITHOUT_PANDAS, str(tmp_path)], capture_output=True, text=True, timeout=120)
+def test_a_reader_run_lands_without_pyarrow_pandas_or_spark(tmp_path):
+    """What a reader run loads, in a fresh process: the code location, a source-bound landing
+    store, its check and a landing write load none of pyarrow, pandas, PySpark or Delta (pyarrow
+    alone is some 40 MB of a reader run's memory)."""
+    done = subprocess.run([sys.executable, "-c", READER_RUN_LANDS, str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["3", "False"], "landing imported pandas"
+    assert done.stdout.split() == ["3"], f"a reader run's landing loaded {done.stdout.split()[1:]}"
 
 
 def test_same_read_lands_at_the_same_path_and_overwrites_it(tmp_path):
@@ -109,7 +113,7 @@ def test_a_failed_write_leaves_no_file_behind(tmp_path, monkeypatch):
     def broken(*args, **kwargs):  # fails after the writer opened the file and wrote its header
         raise OSError("disk full")
 
-    monkeypatch.setattr(pq.ParquetWriter, "write_table", broken)
+    monkeypatch.setattr(gzip.GzipFile, "write", broken)
     with pytest.raises(OSError, match="disk full"):
         store.write("BankStream", "key", batch(record("00000000", 1)))
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
@@ -132,8 +136,11 @@ def landed_two_reads(store: LandingStore) -> list[str]:
     return [first.path, second.path]
 
 
-def test_landed_range_reads_rows_and_commit_range_from_the_footers(tmp_path):
+def test_landed_range_reads_rows_and_commit_bounds_from_the_names(tmp_path):
     files = landed_two_reads(LandingStore(str(tmp_path)))
-    assert landed_range(files) == LandedRange(5, T0, T0 + timedelta(seconds=4))
-    assert landed_range(files[1:]) == LandedRange(3, T0 + timedelta(seconds=3), T0 + timedelta(seconds=4))
+    start = T0 - timedelta(seconds=5)  # both reads' query start (see ``batch``)
+    assert landed_range(files) == LandedRange(5, start, T0 + timedelta(seconds=5))
+    assert landed_range(files[1:]) == LandedRange(3, start, T0 + timedelta(seconds=5))
     assert landed_range([]) == LandedRange(0, None, None)
+    earlier = "/x/20260101T115955000000Z_20260101T120001000000Z.parquet"
+    assert landed_range([*files, earlier]) == LandedRange(5, start, T0 + timedelta(seconds=5), (earlier,))
