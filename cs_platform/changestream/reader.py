@@ -69,7 +69,7 @@ MIN_WINDOW = timedelta(milliseconds=100)
 # A run lands its read in chunks of about this many mods (CS_PLATFORM_LANDING_CHUNK_MODS), and at
 # least this often while its watermark moves (CS_PLATFORM_LANDING_INTERVAL_SECONDS).
 DEFAULT_CHUNK_MODS = 20_000
-DEFAULT_CHUNK_INTERVAL = timedelta(seconds=5)
+DEFAULT_CHUNK_INTERVAL = timedelta(seconds=2)
 
 
 @dataclass(frozen=True)
