@@ -57,9 +57,9 @@ def read_landed(spark: SparkSession, files: list[str]) -> DataFrame:
     A line that does not fit the landing columns fails the read (FAILFAST): never a row of nulls."""
     lines = [f for f in files if not f.endswith(PARQUET_SUFFIX)]
     parquet = [f for f in files if f.endswith(PARQUET_SUFFIX)]
-    reader = spark.read.schema(LANDED_COLUMNS)
-    frames = [reader.option("mode", "FAILFAST").option("timestampFormat", TIMESTAMP_PATTERN).json(lines)] if lines else []
-    frames += [reader.parquet(*parquet)] if parquet else []
+    json_reader = spark.read.schema(LANDED_COLUMNS).option("mode", "FAILFAST").option("timestampFormat", TIMESTAMP_PATTERN)
+    frames = [json_reader.json(lines)] if lines else []
+    frames += [spark.read.schema(LANDED_COLUMNS).parquet(*parquet)] if parquet else []
     return functools.reduce(DataFrame.unionByName, frames)
 
 

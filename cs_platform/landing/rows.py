@@ -59,14 +59,13 @@ def column_types_json(column_types: tuple[ColumnType, ...]) -> str:
     )
 
 
-def write_rows(batch: PartitionBatch, out: IO[bytes]) -> int:
-    """Write one JSON line per mod of ``batch`` to ``out``, gzip-compressed; returns the rows.
+def write_rows(batch: PartitionBatch, out: IO[bytes]) -> None:
+    """Write one JSON line per mod of ``batch`` to ``out``, gzip-compressed.
 
     A record's lines are encoded and compressed before the next record's, so the write holds one
     record's lines, not the chunk's. The gzip header carries no time stamp: landing the same read
     again writes the same bytes (nor the temporary file's name)."""
     encode = json.JSONEncoder(separators=(",", ":")).encode
-    rows = 0
     with gzip.GzipFile(filename="", mode="wb", compresslevel=COMPRESS_LEVEL, fileobj=out, mtime=0) as compressed:
         for record in batch.records:
             shared = {
@@ -90,5 +89,3 @@ def write_rows(batch: PartitionBatch, out: IO[bytes]) -> int:
                 lines.append(encode({**shared, "mod_index": index, **values}))
             if lines:
                 compressed.write(("\n".join(lines) + "\n").encode())
-            rows += len(lines)
-    return rows
