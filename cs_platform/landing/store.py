@@ -3,7 +3,7 @@
 The name is a function of the partition and the range read, so landing the same read twice writes
 the same file (idempotent), and a file is either complete or absent (``Location.write_atomic``).
 The name also says what the lake's ingest needs before it reads a file: every row's commit
-timestamp lies in (query start, watermark], and how many rows it holds. (Files landed by earlier
+timestamp lies in [query start, watermark], and how many rows it holds. (Files landed by earlier
 versions are Parquet, named ``<query start>_<watermark>.parquet``; ingest and cleanup still take them.)
 A stream's directory belongs to one source (``_source.json``, see ``source``): a store given a
 source refuses to land into another source's directory.
