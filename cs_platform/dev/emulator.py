@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cs_platform.dev.process_group import die_with_parent, wait_until_listening
+from cs_platform.dev.process_group import start_in_own_session, wait_until_listening
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +98,7 @@ class SpannerEmulator:
         args += list(self.extra_flags)
         out = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         try:
-            self.process = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent
-            )
+            self.process = start_in_own_session(args, stdout=out, stderr=subprocess.STDOUT)
         finally:
             if self.log_path:
                 out.close()

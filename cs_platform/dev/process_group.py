@@ -7,11 +7,12 @@ escalates to SIGKILL of the group after a grace period.
 
 from __future__ import annotations
 
-import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -23,14 +24,29 @@ class ServerStartError(RuntimeError):
     """A server we started exited, or did not listen in time; the message carries the end of its log."""
 
 
+PARENT_GUARD = Path(__file__).with_name("parent_guard.py")
+
+
+def start_in_own_session(command: Sequence[str], env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen:
+    """Start ``command`` in a session of its own that gets SIGTERM if the thread that started it
+    ends first (Linux), so a killed test or tool leaves no server behind; ``popen`` goes to Popen.
+
+    Through :mod:`parent_guard`, not a ``preexec_fn``: subprocess then spawns with vfork and runs no
+    Python between fork and exec (see parent_guard for what that prevents). An executable that is
+    not on ``env``'s PATH raises FileNotFoundError here, as Popen would."""
+    search_path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    executable = shutil.which(command[0], path=search_path)
+    if executable is None:
+        raise FileNotFoundError(f"{command[0]}: not found on PATH ({search_path})")
+    guarded = [sys.executable, "-I", "-S", str(PARENT_GUARD), str(os.getpid()), executable, *command[1:]]
+    return subprocess.Popen(guarded, env=env, start_new_session=True, **popen)
+
+
 def launch(command: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen:
-    """Start ``command`` in a session of its own, output to ``log_path``. It gets SIGTERM if this
-    process dies first (``die_with_parent``), so a killed test or tool leaves no server behind."""
+    """Start ``command`` (:func:`start_in_own_session`), its output to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            list(command), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=die_with_parent, **popen
-        )
+        return start_in_own_session(command, env, stdout=log, stderr=subprocess.STDOUT, **popen)
 
 
 def await_listening(process: subprocess.Popen, port: int, log_path: Path, what: str, timeout_s: float = 60) -> None:
@@ -120,14 +136,3 @@ def _descendants(root: int) -> dict[int, str]:
                     found[pid] = start_time
                     frontier.append(pid)
     return found
-
-
-def die_with_parent() -> None:
-    """In the child before exec: ask Linux to SIGTERM the child when the process that started it
-    dies. No-op elsewhere."""
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    except OSError:
-        return
-    PR_SET_PDEATHSIG = 1
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
