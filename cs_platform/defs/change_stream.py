@@ -94,7 +94,7 @@ def change_stream_definitions(
         kinds={"spanner", "json"},
         description=(
             f"Change records of stream {stream}, one dynamic partition per partition token, landed as "
-            "Parquet. Materializing a running partition reads on from its watermark until the soft "
+            "gzipped JSON lines. Materializing a running partition reads on from its watermark until the soft "
             "timeout; a FINISHED one is replayed (idempotent)."
         ),
     )

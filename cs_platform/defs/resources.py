@@ -167,7 +167,7 @@ class ChangeStreamResource(ConfigurableResource):
 
 
 class LandingResource(ConfigurableResource):
-    """Where partition reads land as Parquet: a local directory or a ``gs://bucket/prefix`` URI."""
+    """Where partition reads land as gzipped JSON lines: a local directory or a ``gs://bucket/prefix`` URI."""
 
     root: str
 

@@ -5,7 +5,7 @@ real Dagster instance in ``.demo/dagster_home``. The bank opens its accounts and
 hundred transfers before the stream's start: the first cut is the snapshot of the tables at the
 start, which alone brings those rows. While a paced writer commits transfers, the real
 sensor is evaluated every half second and the runs it requests execute in worker processes: one
-run per partition token, each reading until its soft timeout, landing Parquet under
+run per partition token, each reading until its soft timeout, landing gzipped JSON lines under
 ``.demo/landing`` and then persisting the watermark. Meanwhile local Spark applies consistent cuts
 at the low watermark to the Delta tables in ``.demo/lake/BankStream`` (changelog, one mirror per
 table, manifest). At the end it checks the landed changes against the writer's commit log and
