@@ -19,9 +19,12 @@ $(STAMP): pyproject.toml
 
 NEEDS := $(PY) -m cs_platform.dev.prerequisites
 
+# --max-worker-restart=0: a worker that crashes is not replaced. pytest-xdist 3.8's loadgroup
+# scheduler can hang for good after replacing one (pytest-dev/pytest-xdist#1323, #1327, #1378);
+# without a replacement the other worker runs what is left and the session fails at once.
 test: setup
 	$(NEEDS) emulator chromium postgresql
-	$(PY) -m pytest cs_platform_tests -n 2 --dist loadgroup --durations=25
+	$(PY) -m pytest cs_platform_tests -n 2 --dist loadgroup --max-worker-restart=0 --durations=25
 
 demo: setup
 	$(NEEDS) emulator
