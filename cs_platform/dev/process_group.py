@@ -27,9 +27,12 @@ class ServerStartError(RuntimeError):
 PARENT_GUARD = Path(__file__).with_name("parent_guard.py")
 
 
-def start_in_own_session(command: Sequence[str], env: Mapping[str, str] | None = None, **popen: Any) -> subprocess.Popen:
-    """Start ``command`` in a session of its own that gets SIGTERM if the thread that started it
-    ends first (Linux), so a killed test or tool leaves no server behind; ``popen`` goes to Popen.
+def start_in_own_session(
+    command: Sequence[str], env: Mapping[str, str] | None = None, user: int | None = None, group: int | None = None, **popen: Any
+) -> subprocess.Popen:
+    """Start ``command`` in a session of its own, as ``user`` and ``group`` (IDs) if given, that
+    gets SIGTERM if the thread that started it ends first (Linux), so a killed test or tool leaves
+    no server behind; ``popen`` goes to Popen.
 
     Through :mod:`parent_guard`, not a ``preexec_fn``: subprocess then spawns with vfork and runs no
     Python between fork and exec (see parent_guard for what that prevents). An executable that is
@@ -38,7 +41,8 @@ def start_in_own_session(command: Sequence[str], env: Mapping[str, str] | None =
     executable = shutil.which(command[0], path=search_path)
     if executable is None:
         raise FileNotFoundError(f"{command[0]}: not found on PATH ({search_path})")
-    guarded = [sys.executable, "-I", "-S", str(PARENT_GUARD), str(os.getpid()), executable, *command[1:]]
+    account = ["-" if user is None else str(user), "-" if group is None else str(group)]
+    guarded = [sys.executable, "-I", "-S", str(PARENT_GUARD), str(os.getpid()), *account, executable, *command]
     return subprocess.Popen(guarded, env=env, start_new_session=True, **popen)
 
 

@@ -2,6 +2,7 @@
 of a threaded process (what hung and crashed a test worker before)."""
 
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -20,6 +21,11 @@ def gone(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def command_line(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+        return cmdline.read().decode().split("\0")[:-1]
 
 
 def python(code: str, **popen) -> subprocess.Popen:
@@ -62,7 +68,7 @@ def test_the_guard_does_not_start_a_server_whose_starter_is_already_gone(tmp_pat
     """The signal is asked for after the spawn: a starter that died in between is caught by PID."""
     marker = tmp_path / "started"
     done = subprocess.run(
-        [sys.executable, "-I", "-S", str(PARENT_GUARD), "1", "/usr/bin/touch", str(marker)], capture_output=True, text=True, timeout=30
+        [sys.executable, "-I", "-S", str(PARENT_GUARD), "1", "-", "-", "/usr/bin/touch", "touch", str(marker)], capture_output=True, text=True, timeout=30
     )
     assert done.returncode == 1 and "(PID 1) is gone" in done.stderr and not marker.exists()
 
@@ -79,3 +85,28 @@ def test_a_server_is_the_leader_of_a_session_of_its_own():
     finally:
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(timeout=30)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can start a server as another account")
+def test_a_server_started_as_another_account_runs_as_it_and_dies_with_its_starter():
+    """PostgreSQL refuses root. Its account may not reach this interpreter (root's home is private),
+    and Linux forgets the parent-death signal when the account changes: the guard takes the account
+    first, then asks for the signal."""
+    nobody = pwd.getpwnam("nobody")
+    starter = python(
+        f"""
+        import time
+        from cs_platform.dev.process_group import start_in_own_session
+        server = start_in_own_session(["sleep", "600"], user={nobody.pw_uid}, group={nobody.pw_gid})
+        print(server.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    server = int(starter.stdout.readline())
+    wait_until(lambda: command_line(server) == ["sleep", "600"], 30, "the guard becoming the server", poll_s=0.05)
+    with open(f"/proc/{server}/status") as status:
+        ids = {line.split(":")[0]: line.split()[1:] for line in status if line.startswith(("Uid", "Gid"))}
+    assert ids["Uid"][0] == str(nobody.pw_uid) and ids["Gid"][0] == str(nobody.pw_gid), ids
+    starter.kill()
+    starter.wait(timeout=30)
+    wait_until(lambda: gone(server), 30, f"the server (PID {server}) ending after its starter was killed", poll_s=0.1)
