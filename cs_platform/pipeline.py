@@ -46,6 +46,7 @@ class LakeAdvance:
     position: StreamPosition
     ingested: IngestResult
     result: CutResult
+    seconds: float  # what it took: ingest, the snapshot if taken, apply and publish
     snapshot: SnapshotResult | None = None  # the lake's start, when this advance took it
 
     @property
@@ -101,12 +102,14 @@ def advance_lake(
 ) -> LakeAdvance | None:
     """One consistent cut at the stream's cut (``position``, read now if not given), after the
     snapshot at the stream's start if the lake has no cut yet; None before the stream has partitions."""
+    started = time.monotonic()
     position = position or stream_position(store)  # first the watermark, then the files
     if position is None:
         return None
     ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
     snapshot = start_from_snapshot(lake, target, stream, store) if lake.last_published() is None else None
-    return LakeAdvance(position, ingested, lake.apply_cut(position.cut), snapshot)
+    result = lake.apply_cut(position.cut)
+    return LakeAdvance(position, ingested, result, round(time.monotonic() - started, 2), snapshot)
 
 
 @dataclass(frozen=True)

@@ -335,6 +335,7 @@ class LakeAssets:
                 "quarantined_transactions": len({v.transaction for v in result.quarantined}),
                 "mirror_versions": MetadataValue.json(result.versions),
                 "lag_seconds": lag,
+                "cut_seconds": advance.seconds,
                 "stream_finished": advance.position.finished,
                 **snapshot_metadata(advance.snapshot),
             },
@@ -375,7 +376,7 @@ def describe(advance: "LakeAdvance", number: int) -> str:
     result = advance.result
     return (
         f"cut {number} at {advance.cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
-        f"{result.transactions} transactions, {result.mods} mods, versions {result.versions}"
+        f"{result.transactions} transactions, {result.mods} mods, versions {result.versions}, in {advance.seconds:.1f} s"
     )
 
 

@@ -36,7 +36,10 @@ class Cutter:
                 self.snapshot = advance.snapshot or self.snapshot
                 if advance.result.applied:
                     self.results.append(advance.result)
-                    log.info("cut %s: %d transactions, %d mods", advance.cut.isoformat(), advance.result.transactions, advance.result.mods)
+                    log.info(
+                        "cut %s: %d transactions, %d mods, in %.1f s",
+                        advance.cut.isoformat(), advance.result.transactions, advance.result.mods, advance.seconds,
+                    )
         except BaseException as e:  # re-raised by stop(): a failed cut must not pass silently
             self._error = e
 
