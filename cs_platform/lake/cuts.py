@@ -55,6 +55,11 @@ from cs_platform.landing.source import SourceIdentity, bind
 POLICIES = ("fail", "quarantine")
 INCOMPLETE_SAMPLE = 5  # incomplete transactions named in the error
 PARALLEL_WRITES = 4  # mirror and history MERGEs a cut runs at once
+# The manifest's columns but its commit time, in order: one row per mirror of a cut.
+MANIFEST_ROWS = (
+    "array<struct<cut_timestamp: timestamp, previous_cut: timestamp, table_name: string, "
+    "mirror_version: bigint, transactions: bigint, mods: bigint>>"
+)
 TIME_TRAVEL_GUARD = "spark.databricks.delta.vacuum.enforceTimeTravelWithinDeletedFileRetentionDuration"
 TIMESTAMP_ENCODING = "spark.sql.parquet.outputTimestampType"
 
@@ -315,10 +320,10 @@ class Lake:
         rows.write.format("delta").mode("append").option("userMetadata", cut.to_json()).save(self.manifest.uri)
 
     def _manifest_frame(self, cut: PublishedCut, transactions: int, mods: int) -> DataFrame:
-        """The manifest's rows of ``cut``: one per mirror."""
-        rows = [(cut.cut, cut.previous, table, v, transactions, mods) for table, v in cut.versions.items()]
-        schema = "cut_timestamp timestamp, previous_cut timestamp, table_name string, mirror_version long, transactions long, mods long"
-        return self.spark.createDataFrame(rows, schema).withColumn("committed_at", F.current_timestamp())
+        """The manifest's rows of ``cut``: one per mirror, built from literals in the JVM (a frame
+        of Python rows starts Python workers to unpickle them: 0.16 CPU-seconds every cut)."""
+        rows = [F.struct(*map(F.lit, (cut.cut, cut.previous, table, v, transactions, mods))) for table, v in cut.versions.items()]
+        return self.spark.range(1).select(F.inline(F.array(*rows).cast(MANIFEST_ROWS))).withColumn("committed_at", F.current_timestamp())
 
     def mirrors_at_cut(self, cut: datetime | None = None) -> dict[str, DataFrame]:
         """Every mirror as of one cut (the latest if None): a transaction-consistent snapshot."""
