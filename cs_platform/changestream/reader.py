@@ -122,7 +122,8 @@ class _Progress:
     heartbeats: int = 0
     retries: int = 0
     first_response_s: float | None = None
-    chunk_began: float = field(default_factory=time.monotonic)  # when the last chunk was taken
+    chunk_began: float = field(default_factory=time.monotonic)  # when the last chunk was taken (or the read began)
+    chunked: bool = False  # a chunk was taken in this read
     # A replay leaves the metadata table alone: its children were recorded by the first read, and
     # cleanup may have removed them since (inserting them again would read them again).
     record_children: bool = True
@@ -139,17 +140,23 @@ class _Progress:
         self.records = [r for r in self.records if r.commit_timestamp > self.watermark]
         self.mods = sum(len(r.mods) for r in self.records)
         self.chunk_start = self.watermark + ONE_MICROSECOND
-        self.chunk_began = time.monotonic()
+        self.chunk_began, self.chunked = time.monotonic(), True
         return safe
 
     def chunk_due(self, chunk_mods: int | None, interval: timedelta | None) -> bool:
         """A chunk is due once ``chunk_mods`` mods are safe below the watermark, or ``interval``
         after the last one if the watermark moved since (then it may hold heartbeats only: the
-        watermark alone moves)."""
+        watermark alone moves). The read's first chunk is due as soon as its watermark is within
+        ``interval`` of now: a partition that was not being read (a new child of a split or a
+        merge, or one a rotation resumes) is what holds every cut back, so it lands once it
+        has caught up, not an interval after its run started."""
         if chunk_mods and self.mods >= chunk_mods and self.records[0].commit_timestamp <= self.watermark:
             return True  # records arrive in commit timestamp order: the first is safe if any is
-        moved = self.watermark >= self.chunk_start
-        return interval is not None and moved and time.monotonic() - self.chunk_began >= interval.total_seconds()
+        if interval is None or self.watermark < self.chunk_start:
+            return False
+        if not self.chunked and utc_now() - self.watermark <= interval:
+            return True
+        return time.monotonic() - self.chunk_began >= interval.total_seconds()
 
 
 def _is_transient(error: gexc.GoogleAPICallError) -> bool:

@@ -296,3 +296,17 @@ def test_a_live_read_lands_at_every_interval_with_or_without_data(bank, metadata
         ]
     assert any(c.records for chunks in reads.values() for c in chunks[:-1]), "no chunk of data before a read's end"
     assert any(not c.records for chunks in reads.values() for c in chunks[:-1]), "no chunk of heartbeats alone"
+
+
+def test_a_read_lands_its_first_chunk_once_caught_up_not_an_interval_after_it_began(bank, metadata_database):
+    """A partition that was not being read (here a new child) holds every cut back, so its read
+    hands out a first chunk as soon as its watermark is near now, then one per interval: with an
+    hour's interval, that first chunk is the only one before the read's end."""
+    reader, store = make_reader(bank, metadata_database)
+    store.initialize(utc_now(), None, 500)
+    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True)
+    child = store.schedulable()[0]
+    chunks = list(reader.read_chunks(child, timedelta(seconds=30), None, timedelta(hours=1)))
+    assert [c.finished for c in chunks] == [False, True], [(len(c.records), c.watermark) for c in chunks]
+    assert chunks[0].watermark >= chunks[0].query_start == child.reads_from
+    assert chunks[1].query_start == chunks[0].watermark + ONE_MICROSECOND
