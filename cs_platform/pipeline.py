@@ -12,6 +12,7 @@ some tables at the latest cut.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -31,6 +32,12 @@ from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.stream_state import StreamPosition, source_identity, stream_position
+
+
+# How often a lake run waiting for the watermark to move reads it (a cut still comes at most every
+# CS_PLATFORM_CUT_INTERVAL_SECONDS): a partition's first landing after a split or a merge, which
+# held every cut back, is then seen within this, not up to an interval later.
+WATERMARK_POLL_SECONDS = 1.0
 
 
 class NoCutError(TerminalError):
@@ -139,19 +146,23 @@ def keep_cutting(
     stop = stop or threading.Event()
     deadline = time.monotonic() + seconds
     applied: datetime | None = None
+    next_cut = -math.inf  # the earliest the next cut may start
     while True:
-        started = time.monotonic()
-        last = stop.is_set() or started + interval_seconds >= deadline
+        now = time.monotonic()
+        last = stop.is_set() or now + interval_seconds >= deadline
         position = stream_position(store)
         if position is not None and position.finished and position.cut == applied:
             last = True
-        if position is not None and (last or position.cut != applied):
+        if position is not None and (last or (position.cut != applied and now >= next_cut)):
             advance = advance_lake(lake, landing, store, target, stream, position)
             yield TakenCut(advance, last)
-            applied = advance.cut
+            applied, next_cut = advance.cut, now + interval_seconds
         if last:
             return
-        stop.wait(max(0.0, min(started + interval_seconds, deadline) - time.monotonic()))
+        # Between cuts the watermark is looked at every WATERMARK_POLL_SECONDS (one metadata
+        # query), so a cut starts soon after it moves, not up to an interval later.
+        wake = min(max(next_cut, time.monotonic() + WATERMARK_POLL_SECONDS), deadline)
+        stop.wait(max(0.0, wake - time.monotonic()))
 
 
 @dataclass(frozen=True)

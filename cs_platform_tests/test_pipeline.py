@@ -1,0 +1,58 @@
+"""``keep_cutting``'s schedule on a simulated clock: when a lake run cuts, not what a cut does
+(the lake's tests run real cuts through it)."""
+
+from datetime import datetime, timedelta, timezone
+from types import SimpleNamespace
+
+from cs_platform import pipeline
+from cs_platform.stream_state import StreamPosition
+
+T0 = datetime(2026, 11, 26, tzinfo=timezone.utc)
+
+
+class SimulatedClock:
+    """``time.monotonic`` and a stop event whose ``wait`` lets simulated time pass."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def is_set(self) -> bool:
+        return False
+
+    def wait(self, seconds: float) -> bool:
+        self.now += seconds
+        return False
+
+
+def cut_times(monkeypatch, moves_at: list[float], seconds: float, interval: float) -> list[float]:
+    """When cuts start, for a watermark that moves at each of ``moves_at`` (simulated seconds)."""
+    clock = SimulatedClock()
+    monkeypatch.setattr(pipeline, "time", clock)
+
+    def stream_position(store):
+        return StreamPosition(T0 + timedelta(seconds=sum(1 for m in moves_at if m <= clock.now)), finished=False)
+
+    monkeypatch.setattr(pipeline, "stream_position", stream_position)
+    taken = []
+
+    def advance_lake(lake, landing, store, target, stream, position):
+        taken.append(clock.now)
+        clock.now += 0.5  # a cut takes time
+        return SimpleNamespace(cut=position.cut)
+
+    monkeypatch.setattr(pipeline, "advance_lake", advance_lake)
+    list(pipeline.keep_cutting(None, None, None, None, "s", seconds, interval, clock))
+    return taken
+
+
+def test_a_cut_follows_a_watermark_move_within_a_poll_but_at_most_every_interval(monkeypatch):
+    # The first cut at once; the move at 1 waits for the interval (5); the move at 12 is cut at
+    # the next poll, not at the next interval mark (15); the run ends on a last cut.
+    assert cut_times(monkeypatch, [1.0, 12.0], seconds=30, interval=5) == [0.0, 5.0, 12.0, 25.0]
+
+
+def test_an_idle_watermark_is_not_cut_again_until_it_moves(monkeypatch):
+    assert cut_times(monkeypatch, [], seconds=20, interval=5) == [0.0, 15.0]
