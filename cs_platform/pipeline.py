@@ -153,16 +153,19 @@ def keep_cutting(
         position = stream_position(store)
         if position is not None and position.finished and position.cut == applied:
             last = True
-        if position is not None and (last or (position.cut != applied and now >= next_cut)):
+        cutting = position is not None and (last or (position.cut != applied and now >= next_cut))
+        if cutting:
             advance = advance_lake(lake, landing, store, target, stream, position)
             yield TakenCut(advance, last)
             applied, next_cut = advance.cut, now + interval_seconds
         if last:
             return
-        # Between cuts the watermark is looked at every WATERMARK_POLL_SECONDS (one metadata
-        # query), so a cut starts soon after it moves, not up to an interval later.
-        wake = min(max(next_cut, time.monotonic() + WATERMARK_POLL_SECONDS), deadline)
-        stop.wait(max(0.0, wake - time.monotonic()))
+        # After a cut the next may start once the interval has passed (the watermark has most
+        # likely moved meanwhile); otherwise the watermark is looked at again every
+        # WATERMARK_POLL_SECONDS (one metadata query), so a cut starts soon after it moves, not
+        # up to an interval later.
+        wake = next_cut if cutting else max(next_cut, now + WATERMARK_POLL_SECONDS)
+        stop.wait(max(0.0, min(wake, deadline) - time.monotonic()))
 
 
 @dataclass(frozen=True)

@@ -56,3 +56,8 @@ def test_a_cut_follows_a_watermark_move_within_a_poll_but_at_most_every_interval
 
 def test_an_idle_watermark_is_not_cut_again_until_it_moves(monkeypatch):
     assert cut_times(monkeypatch, [], seconds=20, interval=5) == [0.0, 15.0]
+
+
+def test_a_cut_longer_than_the_interval_is_followed_at_once_if_the_watermark_moved(monkeypatch):
+    # Cuts take 0.5 s here: the move at 0.2 is cut when the first cut ends, then the run polls.
+    assert cut_times(monkeypatch, [0.2], seconds=3, interval=0.1) == [0.0, 0.5, 3.0]
