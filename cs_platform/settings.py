@@ -68,6 +68,15 @@ def _choice(*choices: str) -> Callable[[str], str]:
     return parse
 
 
+_FLAGS = {"true": True, "false": False}
+
+
+def _flag(text: str) -> bool:
+    if text.lower() not in _FLAGS:
+        raise ValueError("true or false")
+    return _FLAGS[text.lower()]
+
+
 def _history_tables(text: str) -> str:
     HistoryPolicy.parse(text)  # refuse a mix of all/none and names now, naming the setting
     return text
@@ -83,6 +92,7 @@ _EXPECTS = {
     _timestamp: "an RFC 3339 timestamp, e.g. 2026-01-31T12:00:00Z",
     _names: "comma-separated names",
     _cron: "a cron schedule, e.g. 17 * * * * (hourly at :17)",
+    _flag: "true or false",
     str: "text",
 }
 
@@ -140,6 +150,7 @@ SETTINGS = {
         Setting("CS_PLATFORM_EMULATOR_BIN", str, None, "path of emulator_main for make demo/dev/test (default: the Debian package's)"),
         Setting("CS_PLATFORM_HISTORY_TABLES", _history_tables, "none", "which watched tables also keep a history table (every version of every row, valid_from/valid_to): none, all, or a list", "history_tables"),
         Setting("CS_PLATFORM_UNTYPED_VALUES", _choice("fail", "quarantine"), "fail", "a value that cannot be typed stops the cut (fail) or sets its transaction aside (quarantine)"),
+        Setting("CS_PLATFORM_APPEND_INSERTS", _flag, "true", "a cut appends to a mirror whose changes only insert rows instead of MERGEing them (~4x cheaper); set false for a stream that leaves deletes out (exclude_delete, exclude_ttl_deletes, allow_txn_exclusion): a key deleted unseen can then be inserted again", "append_inserts"),
     ]
 }
 ENV_OF_FIELD = {s.field: s.env for s in SETTINGS.values() if s.field}

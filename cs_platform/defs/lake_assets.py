@@ -334,6 +334,7 @@ class LakeAssets:
                 "mods": result.mods,
                 "quarantined_transactions": len({v.transaction for v in result.quarantined}),
                 "mirror_versions": MetadataValue.json(result.versions),
+                "mirrors_appended": MetadataValue.json(list(result.appended)),  # only inserts: appended, not merged
                 "lag_seconds": lag,
                 "cut_seconds": advance.seconds,
                 "stream_finished": advance.position.finished,

@@ -183,6 +183,7 @@ class LakeResource(ConfigurableResource):
     max_lag_seconds: float = 600.0  # the lake is late beyond this (watermark_lag check, freshness policy)
     untyped_values: str = "fail"  # or "quarantine": see cs_platform.lake.quarantine
     history_tables: str = "none"  # or "all", or table names: see cs_platform.lake.history
+    append_inserts: bool = True  # a mirror that only takes inserts is appended to: see cs_platform.lake.cuts
     kept_cuts_seconds: float = 86400.0  # cuts this recent stay readable; maintenance drops older ones (cs_platform.lake.maintenance)
     cut_interval_seconds: float = 5.0  # a lake run cuts at most this often (pipeline.keep_cutting)
     lake_soft_timeout_seconds: float = 1800.0  # how long a sensor-launched lake run keeps cutting
@@ -196,7 +197,9 @@ class LakeResource(ConfigurableResource):
 
         if self.untyped_values not in POLICIES:
             raise InvalidArgumentError(f"CS_PLATFORM_UNTYPED_VALUES={self.untyped_values!r} is not one of {', '.join(POLICIES)}")
-        return Lake(spark, self.stream_root(stream), untyped_policy=self.untyped_values, history=self.history_policy())
+        return Lake(
+            spark, self.stream_root(stream), untyped_policy=self.untyped_values, history=self.history_policy(), append_inserts=self.append_inserts
+        )
 
     def history_policy(self) -> HistoryPolicy:
         try:
@@ -331,6 +334,7 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             max_lag_seconds=settings.value(environ, "CS_PLATFORM_MAX_LAG_SECONDS"),
             untyped_values=settings.value(environ, "CS_PLATFORM_UNTYPED_VALUES"),
             history_tables=settings.value(environ, "CS_PLATFORM_HISTORY_TABLES"),
+            append_inserts=settings.value(environ, "CS_PLATFORM_APPEND_INSERTS"),
             kept_cuts_seconds=settings.value(environ, "CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS"),
             cut_interval_seconds=settings.value(environ, "CS_PLATFORM_CUT_INTERVAL_SECONDS"),
             lake_soft_timeout_seconds=settings.value(environ, "CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS"),

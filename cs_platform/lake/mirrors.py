@@ -139,6 +139,19 @@ def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, co
     return mirror.version()
 
 
+def append_inserts(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, columns: dict[str, dict]) -> int:
+    """Bring ``mirror`` up to date with ``changes`` that only insert rows, by appending them; returns
+    the mirror's new version. Only exact when no key they insert is in the mirror: a Spanner INSERT
+    fails on an existing row, so a key first inserted after the previous cut is not in a mirror that
+    holds exactly the source at that cut (``Lake`` decides when it does). An append reads nothing of
+    the mirror, where a MERGE joins the changes with it first: a 10-row append costs ~0.14 s, a MERGE
+    ~0.66 s (docs/tuning.md), and audit, event and ledger tables only ever take inserts."""
+    ensure_columns(spark, mirror, columns)
+    rows = final_effects(changes, columns).where(F.col("__op") == "REPLACE")  # one row per key, as the MERGE would insert
+    rows.select(*[F.col(quoted(name)) for name in columns]).write.format("delta").mode("append").save(mirror.uri)
+    return mirror.version()
+
+
 def primary_key(spark: SparkSession, mirror: DeltaPath) -> list[str]:
     row = spark.sql(f"SHOW TBLPROPERTIES delta.{quoted(mirror.uri)} ({sql_string(PRIMARY_KEY_PROPERTY)})").first()
     return row.value.split(",")

@@ -1,6 +1,7 @@
 """``python -m cs_platform_tests.lake.killed_apply LANDING LAKE CUT MARKER``: ingest, then apply the
-cut, stopping dead after the first mirror's MERGE committed (before the others and the manifest);
-writes MARKER and waits for SIGKILL."""
+cut, stopping dead once the Transfers mirror, which only takes inserts, has its rows appended
+(Accounts, merged beside it, may have committed too; the manifest has not); writes MARKER and
+waits for SIGKILL. The re-run must not append those rows again."""
 
 import sys
 from datetime import datetime
@@ -13,7 +14,7 @@ from cs_platform_tests.lake.killed import stopping_after
 
 
 def main(landing: str, root: str, cut: str, marker: Path) -> None:
-    cuts.apply_changes = stopping_after(mirrors.apply_changes, marker)
+    cuts.append_inserts = stopping_after(mirrors.append_inserts, marker)
     lake = cuts.Lake(delta_spark_session("killed_apply", "local[1]"), root)
     lake.changelog.ingest(LandingStore(landing).files("Bank"))
     lake.apply_cut(datetime.fromisoformat(cut))

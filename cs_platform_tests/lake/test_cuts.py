@@ -11,6 +11,7 @@ import pytest
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.lake.cuts import IncompleteTransactionsError, Lake, UntypedValueError
+from cs_platform.lake.published import cut_of_version
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 
@@ -135,6 +136,34 @@ def test_mirror_semantics_patch_delete_reinsert_many_changes_and_new_columns(lak
     assert balances(lake, ts[1]) == {"A": 6, "B": 7}
 
 
+def test_a_mirror_that_only_takes_inserts_is_appended_to_and_one_with_updates_merged(lake, spark):
+    lake, store = lake
+    t0, t1, t2 = T0, T0 + timedelta(seconds=1), T0 + timedelta(seconds=2)
+    opened = rec("open", 0, t0, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "10", "UpdatedAt": None}), ({"AccountId": "B"}, {"Balance": "0", "UpdatedAt": None})])
+    paid = [
+        rec("pay", 0, t1, "Accounts", "UPDATE", [({"AccountId": "A"}, {"Balance": "7"}), ({"AccountId": "B"}, {"Balance": "3"})], records=2),
+        rec("pay", 1, t1, "Transfers", "INSERT", [({"TransferId": "x1"}, {"Amount": "3"})], records=2),
+    ]
+    land(store, "p", opened, *paid, watermark=t1)
+    lake.changelog.ingest(store.files("BankStream"))
+    assert lake.apply_cut(t0).appended == ("Accounts",)  # a new table, inserts only
+    second = lake.apply_cut(t1)
+    assert second.appended == ("Transfers",)  # Accounts has updates: merged
+    operations = {t: lake.mirror(t)._commit_info(v)["operation"] for t, v in second.versions.items()}
+    assert operations == {"Accounts": "MERGE", "Transfers": "WRITE"}
+    assert cut_of_version(lake.location, "Transfers", second.versions["Transfers"]) == t1  # an append names its cut like a MERGE
+    assert balances(lake) == {"A": 7, "B": 3}
+
+    # Off (a stream that may leave deletes out): the same kind of cut merges.
+    merging = Lake(spark, lake.root, append_inserts=False)
+    land(store, "p2", rec("pay2", 0, t2, "Transfers", "INSERT", [({"TransferId": "x2"}, {"Amount": "1"})]), watermark=t2)
+    merging.changelog.ingest(store.files("BankStream"))
+    third = merging.apply_cut(t2)
+    assert third.applied and third.appended == ()
+    assert lake.mirror("Transfers")._commit_info(third.versions["Transfers"])["operation"] == "MERGE"
+    assert sorted((r.TransferId, r.Amount) for r in merging.mirrors_at_cut()["Transfers"].collect()) == [("x1", 3), ("x2", 1)]
+
+
 def poisoned(store: LandingStore) -> datetime:
     """Three transactions: a good one, a transfer whose Transfers row holds an INT64 that is not a
     number (its Accounts half is fine), and another good one after it. Returns the cut."""
@@ -169,6 +198,7 @@ def test_quarantine_sets_the_whole_transaction_aside_and_applies_the_rest(spark,
     lake.changelog.ingest(store.files("BankStream"))
     result = lake.apply_cut(cut)
     assert result.applied and result.transactions == 2 and {v.transaction for v in result.quarantined} == {"poison"}
+    assert result.appended == ()  # a mirror then differs from the source: only a MERGE is exact
     mirrors = lake.mirrors_at_cut(cut)
     # Neither half of the poisoned transaction is visible: A keeps 10, and no transfer x.
     assert {r.AccountId: r.Balance for r in mirrors["Accounts"].collect()} == {"A": 10}
