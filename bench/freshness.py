@@ -9,8 +9,8 @@ Delta log). Prints ``freshness_p50_s`` / ``freshness_p95_s`` per configuration, 
 tuned to default measured in the same run. The hourly maintenance pass is scheduled away from the
 window: it holds lake runs up while it runs (``bench/lake_cost.py`` prices it).
 
-- **default**: the settings' defaults (reader runs of 600 s landing every 5 s, sensor 5 s; lake runs
-  of 1800 s with an in-process Spark driver, cutting every 5 s when the watermark moved; lake sensor 10 s);
+- **default**: the settings' defaults (reader runs of 600 s landing every 2 s, sensor 5 s; lake runs
+  of 1800 s with an in-process Spark driver, cutting at most every 3 s when the watermark moved; lake sensor 10 s);
 - **tuned**: ``TUNED`` below, the tuned settings of the batch-shaped product, for comparison: short
   reads, fast ticks, lake runs on a warm Spark Connect server, and one cut per lake run (what every
   lake run did before lake runs kept cutting);

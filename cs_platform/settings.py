@@ -137,7 +137,7 @@ SETTINGS = {
         Setting("CS_PLATFORM_SPARK_MASTER", str, "local[*]", "Spark master of the lake runs' driver: local[*], or a cluster (spark://host:port, make stack starts one)"),
         Setting("CS_PLATFORM_SPARK_REMOTE", str, None, "sc://host:port of a Spark Connect server with Delta (make dev starts one): lake runs start no JVM"),
         Setting("CS_PLATFORM_LAKE_INTERVAL_SECONDS", _integer, "10", "seconds between lake sensor ticks (>= 10): a lake run is launched when none is in flight and the low watermark moved"),
-        Setting("CS_PLATFORM_CUT_INTERVAL_SECONDS", _positive, "5", "a lake run applies a cut at most this often, whenever the low watermark moved", "cut_interval_seconds"),
+        Setting("CS_PLATFORM_CUT_INTERVAL_SECONDS", _positive, "3", "a lake run applies a cut at most this often, whenever the low watermark moved", "cut_interval_seconds"),
         Setting("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS", _number, "1800", "how long one sensor-launched lake run keeps cutting with its Spark session before it ends and the lake sensor launches the next (a hand-over of about 45 s without cuts) (a materialization from the UI or a backfill takes one cut)", "lake_soft_timeout_seconds"),
         Setting("CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS", _number, "86400", "consistent cuts this recent (before the latest cut) stay readable (mirrors_at_cut); maintenance drops older ones and the files and Delta log only they needed", "kept_cuts_seconds"),
         Setting("CS_PLATFORM_LAKE_MAINTENANCE_CRON", _cron, "17 * * * *", "when lake maintenance runs (compaction, purge of deletion vectors, VACUUM)"),

@@ -185,7 +185,7 @@ class LakeResource(ConfigurableResource):
     history_tables: str = "none"  # or "all", or table names: see cs_platform.lake.history
     append_inserts: bool = True  # a mirror that only takes inserts is appended to: see cs_platform.lake.cuts
     kept_cuts_seconds: float = 86400.0  # cuts this recent stay readable; maintenance drops older ones (cs_platform.lake.maintenance)
-    cut_interval_seconds: float = 5.0  # a lake run cuts at most this often (pipeline.keep_cutting)
+    cut_interval_seconds: float = 3.0  # a lake run cuts at most this often (pipeline.keep_cutting)
     lake_soft_timeout_seconds: float = 1800.0  # how long a sensor-launched lake run keeps cutting
     vacuum_margin_seconds: float = 3600.0  # VACUUM spares files removed this long before the oldest kept cut
 
