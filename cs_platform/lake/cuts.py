@@ -10,7 +10,9 @@ committed, one append to the manifest records the cut and each mirror's Delta ve
 all mirrors at one cut by time travel (:func:`mirrors_at_cut`). Every mirror commit also records
 its cut in its ``userMetadata`` (``published.cut_record``), so a version says which cut it belongs
 to. A cut at or before the last one is a no-op; a crash before the manifest append is repaired by
-re-running (mirrors apply final effects, see ``mirrors``; history tables, see ``history``).
+re-running (mirrors apply final effects, see ``mirrors``; history tables, see ``history``). A
+mirror whose changes only insert is appended to, not merged, while nothing but published cuts
+wrote it (``Lake._appendable``): a mirror the crashed attempt wrote is merged by the re-run.
 
 Before anything is applied, every value of the cut is checked against its column's type. A value
 that cannot be typed stops the cut with :class:`UntypedValueError` naming the transaction, table,
