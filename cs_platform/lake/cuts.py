@@ -271,7 +271,7 @@ class Lake:
         write of this cut changes. A mirror whose changes only insert is appended to when
         ``_appendable``. Returns the new versions of the mirrors and of the history tables, and the
         mirrors appended to."""
-        appended = tuple(t for t in types if t not in updated and self._appendable(t, published))
+        appended = self._appendable([t for t in types if t not in updated], published)
         writes = {}
         for table, columns in types.items():
             changed = changes.where(F.col("table_name") == table)
@@ -290,15 +290,18 @@ class Lake:
             appended,
         )
 
-    def _appendable(self, table: str, published: PublishedCut | None) -> bool:
-        """Whether the mirror holds exactly the source table at the last published cut, so that a
-        key inserted after it is not in the mirror (``mirrors.append_inserts``). It does unless
-        something wrote it since (a cut that crashed before its manifest append, a rebuild not yet
-        published, a maintenance pass: the version differs, the cut MERGEs, which is exact over a
-        half-applied attempt), a transaction was ever set aside (the quarantine table exists), or
-        the stream may leave deletes out (``append_inserts`` off: CS_PLATFORM_APPEND_INSERTS)."""
-        published_version = published.versions.get(table) if published else None
-        return self.append_inserts and not self.quarantine.exists() and self.mirror(table).version() == published_version
+    def _appendable(self, tables: list[str], published: PublishedCut | None) -> tuple[str, ...]:
+        """Those of ``tables`` (whose changes only insert) whose mirror holds exactly the source table
+        at the last published cut, so that a key inserted after it is not in the mirror
+        (``mirrors.append_inserts``). None do if the stream may leave deletes out (``append_inserts``
+        off: CS_PLATFORM_APPEND_INSERTS) or a transaction was ever set aside (the quarantine table
+        exists); a mirror does not if something wrote it since (a cut that crashed before its
+        manifest append, a rebuild not yet published, a maintenance pass): its version differs, and
+        the cut MERGEs, which is exact over a half-applied attempt."""
+        if not self.append_inserts or self.quarantine.exists():
+            return ()
+        published_versions = published.versions if published else {}
+        return tuple(t for t in tables if self.mirror(t).version() == published_versions.get(t))
 
     def histories_at_cut(self, cut: datetime | None = None) -> dict[str, DataFrame]:
         """Every history table's versions valid at one cut (the latest if None), read at the
