@@ -20,6 +20,7 @@ BASE = {"CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i",
         ("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", "a minute", "CS_PLATFORM_SOFT_TIMEOUT_SECONDS='a minute' is not valid: it takes a number of seconds"),
         ("CS_PLATFORM_START_TIMESTAMP", "yesterday", "CS_PLATFORM_START_TIMESTAMP='yesterday' is not valid: it takes an RFC 3339 timestamp"),
         ("CS_PLATFORM_UNTYPED_VALUES", "skip", "CS_PLATFORM_UNTYPED_VALUES='skip' is not valid: it takes one of fail, quarantine"),
+        ("CS_PLATFORM_APPEND_INSERTS", "yes", "CS_PLATFORM_APPEND_INSERTS='yes' is not valid: it takes true or false"),
         ("CS_PLATFORM_LAKE_INTERVAL_SECONDS", "5", "CS_PLATFORM_LAKE_INTERVAL_SECONDS=5 is below 10"),
         ("CS_PLATFORM_CUT_INTERVAL_SECONDS", "0", "CS_PLATFORM_CUT_INTERVAL_SECONDS='0' is not valid: it takes a number of seconds above 0"),
         ("CS_PLATFORM_MAX_LAG_SECONDS", "60", "CS_PLATFORM_MAX_LAG_SECONDS=60 is below 120: use 120 or more"),
@@ -57,3 +58,10 @@ def test_the_definitions_load_as_a_code_location_would():
 def test_the_settings_page_lists_every_setting():
     page = (Path(__file__).resolve().parents[1] / "docs" / "settings.md").read_text()
     assert [s for s in settings.SETTINGS if f"`{s}`" not in page] == []
+
+
+def test_append_inserts_reaches_the_lake_resource_as_a_flag():
+    from cs_platform.defs.resources import configured_resources
+
+    assert configured_resources(BASE)["lake"].append_inserts is True  # on by default
+    assert configured_resources({**BASE, "CS_PLATFORM_APPEND_INSERTS": "False"})["lake"].append_inserts is False
