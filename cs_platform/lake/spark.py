@@ -45,7 +45,7 @@ DELTA_CONF = {
     # One cut's plans (ingest, summary, MERGEs, Delta's own log queries) generate ~150 distinct
     # classes; with Spark's default cache of 100 every cut compiled all of them again with Janino
     # (and the JIT compiled them again): ~160 compilations per cut, 11 with 1,000 entries; a
-    # one-table 10-mod cut 3.07 -> 2.51 s (docs/tuning.md, "Where the 10 s go").
+    # one-table 10-mod cut 3.07 -> 2.51 s (docs/tuning.md, "Where the seconds go").
     "spark.sql.codegen.cache.maxEntries": "1000",
 }
 
