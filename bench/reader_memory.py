@@ -97,7 +97,7 @@ def measure(instance, emulator, workdir: Path, start, end, name: str, chunk_mods
     store.initialize(start, end, 300_000)
     source = SpannerTarget(PROJECT, INSTANCE, "events", emulator.host).connect()
     reader = PartitionReader(source, ChangeStreamQuery(STREAM, heartbeat_millis=300_000), store)
-    store.record_progress(INITIAL_PARTITION_TOKEN, reader.read(store.get(INITIAL_PARTITION_TOKEN), timedelta(hours=1)).watermark, True)
+    store.record_progress(INITIAL_PARTITION_TOKEN, reader.read(store.get(INITIAL_PARTITION_TOKEN), timedelta(hours=1)).watermark, True, owner=None)
     env = {
         **os.environ,
         "CS_PLATFORM_SPANNER_PROJECT": PROJECT,

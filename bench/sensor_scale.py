@@ -64,6 +64,7 @@ class MetadataHistory:
             stamp if state is not PartitionState.CREATED else None,
             stamp if state in (PartitionState.RUNNING, PartitionState.FINISHED) else None,
             stamp if state is PartitionState.FINISHED else None,
+            None,  # Owner: no reader took it
         ]
 
     def _write(self, rows: list[list]) -> None:

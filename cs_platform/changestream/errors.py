@@ -68,6 +68,15 @@ class PartitionEndedWithoutChildrenError(TerminalError):
     """
 
 
+class FencedOffError(TerminalError):
+    """Raised when a reader persists progress for a partition another reader has taken since.
+
+    The sensor presumes a run dead once it stops landing and launches another, which takes the
+    partition; the first run, alive after all (a paused VM, a long GC), must then move nothing:
+    its watermark could pass records that only its late, possibly skipped, files hold.
+    """
+
+
 class PartitionNotFoundError(TerminalError):
     """Raised when the metadata table has no row for a partition token."""
 

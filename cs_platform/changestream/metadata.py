@@ -9,6 +9,11 @@ or, better, a separate one so metadata writes never contend with the workload). 
   ``WHERE Watermark < @new`` inside a read-write transaction;
 - a child reported by several parents (a merge) is inserted once: existence check and insert share
   one read-write transaction;
+- only the partition's owner moves its watermark and state (fencing, DESIGN invariant 11): a reader
+  ``take``s the partition, which records it as ``Owner`` and hands it the watermark in the same
+  read-write transaction, and ``record_progress`` refuses, in the transaction that would write,
+  any reader that is not the owner now (``FencedOffError``). A run presumed dead and relaunched
+  can therefore land late files but never move a watermark again (docs/reader.md, "Fencing");
 - the initial pseudo-partition (token NULL in the query) has the fixed key ``initial``; initializing
   an existing table is a no-op, so restarts never re-initialize (Beam #32509).
 
@@ -34,7 +39,12 @@ from google.cloud import spanner
 from google.cloud.spanner_v1 import param_types
 from google.cloud.spanner_v1.database import Database
 
-from cs_platform.changestream.errors import InvalidArgumentError, PartitionNotFoundError, SettingsDriftError
+from cs_platform.changestream.errors import (
+    FencedOffError,
+    InvalidArgumentError,
+    PartitionNotFoundError,
+    SettingsDriftError,
+)
 from cs_platform.changestream.query import RpcPriority, validate_heartbeat_millis, validate_identifier
 from cs_platform.changestream.records import ChildPartitionsRecord
 
@@ -74,7 +84,9 @@ COLUMNS = (
     "ScheduledAt",
     "RunningAt",
     "FinishedAt",
+    "Owner",
 )
+INSERTED_COLUMNS = COLUMNS[:9]  # what a new row gets; the rest stamp or name its later life
 
 
 def partition_key(token: str, start: datetime) -> str:
@@ -104,6 +116,7 @@ class PartitionMetadata:
     scheduled_at: datetime | None = None
     running_at: datetime | None = None
     finished_at: datetime | None = None
+    owner: str | None = None  # the reader that took the partition last; None until one does
 
     @property
     def key(self) -> str:
@@ -141,6 +154,7 @@ class PartitionMetadata:
             scheduled_at=values["ScheduledAt"],
             running_at=values["RunningAt"],
             finished_at=values["FinishedAt"],
+            owner=values["Owner"],
         )
 
 
@@ -172,27 +186,37 @@ class PartitionMetadataStore:
                 CreatedAt TIMESTAMP NOT NULL OPTIONS (allow_commit_timestamp=true),
                 ScheduledAt TIMESTAMP OPTIONS (allow_commit_timestamp=true),
                 RunningAt TIMESTAMP OPTIONS (allow_commit_timestamp=true),
-                FinishedAt TIMESTAMP OPTIONS (allow_commit_timestamp=true)
+                FinishedAt TIMESTAMP OPTIONS (allow_commit_timestamp=true),
+                Owner STRING(MAX)
             ) PRIMARY KEY (PartitionToken)""",
             f"CREATE INDEX `{name}ByState` ON `{name}`(State)",
             f"CREATE UNIQUE INDEX `{name}ByKey` ON `{name}`(PartitionKey)",
         ]
 
-    def table_exists(self) -> bool:
+    def _columns(self) -> set[str]:
+        """The table's columns; empty when there is no table."""
         with self.database.snapshot() as snap:
-            rows = list(
-                snap.execute_sql(
-                    "SELECT 1 FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @t",
-                    params={"t": self.table},
-                    param_types={"t": param_types.STRING},
-                    timeout=self.timeout_s,
-                    request_options=self.options,
-                )
+            rows = snap.execute_sql(
+                "SELECT COLUMN_NAME FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @t",
+                params={"t": self.table},
+                param_types={"t": param_types.STRING},
+                timeout=self.timeout_s,
+                request_options=self.options,
             )
-        return bool(rows)
+            return {row[0] for row in rows}
+
+    def table_exists(self) -> bool:
+        return bool(self._columns())
 
     def create_table_if_missing(self) -> bool:
-        if self.table_exists():
+        """Create the table, or bring one of an earlier version up to today's columns (``Owner``:
+        its rows have no owner, so the first reader to take each one becomes it)."""
+        columns = self._columns()
+        if "Owner" in columns:
+            return False
+        if columns:
+            self.database.update_ddl([f"ALTER TABLE `{self.table}` ADD COLUMN Owner STRING(MAX)"]).result(timeout=300)
+            log.info("added column Owner to partition metadata table %s (fencing)", self.table)
             return False
         try:
             self.database.update_ddl(self.ddl()).result(timeout=300)
@@ -284,7 +308,7 @@ class PartitionMetadataStore:
         if new:
             transaction.insert(
                 self.table,
-                COLUMNS[:9],
+                INSERTED_COLUMNS,
                 [
                     [
                         p.token,
@@ -324,19 +348,49 @@ class PartitionMetadataStore:
             )
         return len(moving)
 
-    def record_progress(self, token: str, watermark: datetime, finished: bool) -> None:
-        """Persist a partition's watermark (never backwards) and, if done, FINISHED, atomically.
+    def take(self, token: str, owner: str) -> PartitionMetadata:
+        """Make ``owner`` the only reader that may move the partition, RUNNING; return the row as taken.
 
-        Call only after the records up to ``watermark`` are durably landed (Beam's BundleFinalizer).
-        The read and the write share one read-write transaction, so racing writers cannot move the
-        watermark back.
+        Whoever owned it before is fenced off from then on (``record_progress``). The watermark a
+        reader starts from is read in the transaction that makes it the owner, so no earlier owner
+        can move it between the two. A FINISHED partition is returned untaken: there is nothing
+        left to move (a replay reads it again without writing).
         """
 
         def work(tx) -> None:
-            found = list(tx.read(self.table, ["Watermark"], spanner.KeySet(keys=[[token]]), request_options=self.options))
+            found = list(tx.read(self.table, ["State"], spanner.KeySet(keys=[[token]]), request_options=self.options))
+            if not found:
+                raise PartitionNotFoundError(f"partition token {token[:40]}… is not in metadata table {self.table}")
+            if found[0][0] != PartitionState.FINISHED.value:
+                self._transition(tx, [token], PartitionState.RUNNING)
+                tx.update(self.table, ["PartitionToken", "Owner"], [[token, owner]])
+
+        self._in_transaction(work)
+        return self.get(token)  # with its RunningAt; an earlier owner can no longer move it
+
+    def record_progress(self, token: str, watermark: datetime, finished: bool, owner: str | None) -> None:
+        """Persist a partition's watermark (never backwards) and, if done, FINISHED, atomically,
+        for the partition's ``owner`` only (None: a partition no reader has taken).
+
+        Call only after the records up to ``watermark`` are durably landed (Beam's BundleFinalizer).
+        The read and the write share one read-write transaction, so racing writers cannot move the
+        watermark back, and a reader that another has taken the partition from moves nothing: it
+        gets ``FencedOffError``.
+        """
+
+        def work(tx) -> None:
+            found = list(
+                tx.read(self.table, ["Watermark", "Owner"], spanner.KeySet(keys=[[token]]), request_options=self.options)
+            )
             if not found:
                 raise PartitionNotFoundError(
                     f"partition token {token[:40]}… is not in metadata table {self.table}; was the table dropped?"
+                )
+            if found[0][1] != owner:
+                raise FencedOffError(
+                    f"partition token {token[:40]}… was taken by reader {found[0][1]} after this one ({owner}) was "
+                    f"presumed dead: its watermark stays at {found[0][0].isoformat()} and this reader stops. What it "
+                    "landed since is read again by the owner; the lake takes each change once."
                 )
             if found[0][0] < watermark:
                 tx.update(self.table, ["PartitionToken", "Watermark"], [[token, watermark]])

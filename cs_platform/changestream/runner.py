@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -86,9 +87,9 @@ class LocalRunner:
             raise TimeoutError(f"stream not finished after {stop_after_s:.0f}s; low watermark {self.metadata.low_watermark()}")
 
     def _read_one(self, token: str) -> PartitionBatch:
-        self.metadata.transition([token], PartitionState.RUNNING)
-        partition: PartitionMetadata = self.metadata.get(token)
+        owner = f"local-{uuid.uuid4().hex}"  # each read takes the partition, as each Dagster run does
+        partition: PartitionMetadata = self.metadata.take(token, owner)
         batch = self.reader.read(partition, self.soft_timeout)
         self.sink(batch)
-        self.metadata.record_progress(token, batch.watermark, batch.finished)
+        self.metadata.record_progress(token, batch.watermark, batch.finished, owner)
         return batch

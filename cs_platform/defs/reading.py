@@ -7,7 +7,9 @@ soft timeouts, so the low watermark keeps moving however many partitions are liv
 The order is the correctness argument (DESIGN invariant 2, Beam's BundleFinalizer): the watermark
 is persisted only after the landing write returned, so a crash at any point either loses nothing
 (the next run resumes from the old watermark) or lands a duplicate (removed downstream by change
-identity). A FINISHED partition is replayed instead: its range is read again and landed without
+identity). The run takes the partition first: from then on only this run can move its watermark
+and state (``PartitionMetadataStore.take``), so a run presumed dead that lands late is refused when
+it persists (fencing, docs/reader.md). A FINISHED partition is replayed instead: its range is read again and landed without
 touching the metadata row, which is what a backfill means here.
 """
 
@@ -29,7 +31,8 @@ from dagster import (
     MetadataValue,
 )
 
-from cs_platform.changestream.metadata import PartitionMetadata, PartitionState, utc_now
+from cs_platform.changestream.errors import FencedOffError
+from cs_platform.changestream.metadata import PartitionMetadata, PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import YIELD_TAG, live_runs_by_partition, mark_progress
@@ -54,8 +57,7 @@ def read_and_land(
         context.log.info(f"partition {key} is FINISHED: replaying {partition.reads_from} .. {partition.watermark}")
         chunks = reader.replay(partition, chunk_mods)
     else:
-        store.transition([partition.token], PartitionState.RUNNING)
-        partition = store.get(partition.token)
+        partition = store.take(partition.token, owner=context.run_id)  # any earlier run is fenced off from here
         context.log.info(
             f"reading partition {key} ({partition.state.value}) from watermark {partition.watermark.isoformat()} "
             f"for up to {change_stream.soft_timeout_seconds:g}s"
@@ -68,7 +70,7 @@ def read_and_land(
             run = _stop_if_given_up(context, key)
             landed = landing.write(change_stream.stream_name, key, chunk)
             if not replay:
-                store.record_progress(partition.token, chunk.watermark, chunk.finished)
+                _persist(context, store, partition, chunk)
             mark_progress(context.instance, context.run_id)  # alive: the sensor measures staleness from here
             totals.add(chunk, landed)
             if landed:
@@ -178,8 +180,9 @@ def _stop_if_given_up(context: AssetExecutionContext, key: str) -> DagsterRun | 
 
     The sensor marks a run FAILURE and re-launches its partition once the run has not landed for
     stale_run_seconds. If the run was alive after all (a stalled machine, a paused VM), reading on
-    would race its re-launch: nothing is lost (a watermark never moves back), but both land the
-    same records. One run-storage lookup per chunk, against a chunk's Spanner read and file write.
+    would race its re-launch and land the same records twice. A run paused right after this check
+    can still land once more; fencing refuses its watermark (``_persist``). One run-storage lookup
+    per chunk, against a chunk's Spanner read and file write.
     """
     run = context.instance.get_run_by_id(context.run_id)
     if run is not None and run.status in GIVEN_UP:
@@ -193,6 +196,21 @@ def _stop_if_given_up(context: AssetExecutionContext, key: str) -> DagsterRun | 
             allow_retries=False,
         )
     return run
+
+
+def _persist(context: AssetExecutionContext, store: PartitionMetadataStore, partition: PartitionMetadata, chunk: PartitionBatch) -> None:
+    """Persist the landed chunk's watermark, or stop at once if a re-launch took the partition."""
+    try:
+        store.record_progress(partition.token, chunk.watermark, chunk.finished, owner=context.run_id)
+    except FencedOffError as fenced:
+        context.log.error(f"fenced off partition {partition.key}: {fenced}")
+        raise Failure(
+            description=(
+                f"run {context.run_id} no longer owns partition {partition.key}: {fenced} Raise "
+                "CS_PLATFORM_STALE_RUN_SECONDS if live runs are presumed dead on this machine."
+            ),
+            allow_retries=False,
+        ) from fenced
 
 
 def _seconds_between(earlier, later) -> float | None:

@@ -7,7 +7,13 @@ from datetime import timedelta
 import pytest
 from google.cloud import spanner
 
-from cs_platform.changestream.errors import SettingsDriftError, InvalidArgumentError, InvalidIdentifierError, PartitionNotFoundError
+from cs_platform.changestream.errors import (
+    FencedOffError,
+    InvalidArgumentError,
+    InvalidIdentifierError,
+    PartitionNotFoundError,
+    SettingsDriftError,
+)
 from cs_platform.changestream.metadata import (
     INITIAL_PARTITION_TOKEN,
     ONE_MICROSECOND,
@@ -92,7 +98,7 @@ def test_states_never_go_backwards_and_are_stamped(store):
     assert store.transition(["initial"], S.RUNNING) == 1
     assert store.transition(["initial"], S.SCHEDULED) == 0  # backwards: refused
     assert store.get("initial").state is S.RUNNING
-    store.record_progress("initial", utc_now(), finished=True)
+    store.record_progress("initial", utc_now(), finished=True, owner=None)
     assert store.transition(["initial"], S.RUNNING) == 0
     p = store.get("initial")
     assert p.state is S.FINISHED and p.running_at <= p.finished_at and p.scheduled_at is None
@@ -103,20 +109,51 @@ def test_watermark_never_moves_backwards_under_racing_writers(store):
     store.initialize(start, None, 1000)
     marks = [start + timedelta(milliseconds=i) for i in range(1, 41)]
     order = marks[::2] + marks[1::2][::-1]  # interleaved forwards and backwards
-    threads = [threading.Thread(target=store.record_progress, args=("initial", w, False)) for w in order]
+    threads = [threading.Thread(target=store.record_progress, args=("initial", w, False, None)) for w in order]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert store.get("initial").watermark == max(marks)
-    store.record_progress("initial", start, False)
+    store.record_progress("initial", start, False, owner=None)
     assert store.get("initial").watermark == max(marks)
+
+
+def test_only_the_reader_that_took_a_partition_last_moves_it(store):
+    """Fencing (DESIGN invariant 11): a reader presumed dead and replaced moves neither the
+    watermark nor the state, however far it read; the owner still does."""
+    start = utc_now()
+    store.initialize(start, None, 1000)
+    taken = store.take("initial", "run-1")
+    assert taken.owner == "run-1" and taken.state is S.RUNNING and taken.running_at is not None
+    store.record_progress("initial", start + timedelta(seconds=1), False, owner="run-1")
+    relaunch = store.take("initial", "run-2")  # the sensor presumed run-1 dead
+    assert relaunch.watermark == start + timedelta(seconds=1) and relaunch.running_at == taken.running_at
+    with pytest.raises(FencedOffError, match="taken by reader run-2 after this one \\(run-1\\)"):
+        store.record_progress("initial", start + timedelta(seconds=9), True, owner="run-1")
+    with pytest.raises(FencedOffError):
+        store.record_progress("initial", start + timedelta(seconds=9), False, owner=None)
+    after = store.get("initial")
+    assert after.watermark == start + timedelta(seconds=1) and after.state is S.RUNNING and after.owner == "run-2"
+    store.record_progress("initial", start + timedelta(seconds=2), True, owner="run-2")
+    assert store.get("initial").state is S.FINISHED
+    assert store.take("initial", "run-3").owner == "run-2"  # a FINISHED partition is not taken: nothing moves
+
+
+def test_a_table_of_an_earlier_version_gains_the_owner_column(store):
+    start = utc_now()
+    old_ddl = [re.sub(r",\s*Owner STRING\(MAX\)", "", store.ddl()[0]), *store.ddl()[1:]]
+    store.database.update_ddl(old_ddl).result(timeout=300)
+    store.initialize(start, None, 1000)
+    assert store.get("initial").owner is None
+    store.record_progress("initial", start, False, owner=None)  # an untaken row: no owner to match
+    assert store.take("initial", "run-1").owner == "run-1"
 
 
 def test_progress_for_unknown_partition_is_named(store):
     store.initialize(utc_now(), None, 1000)
     with pytest.raises(PartitionNotFoundError, match="not in metadata table PartitionMetadata"):
-        store.record_progress("nope", utc_now(), False)
+        store.record_progress("nope", utc_now(), False, owner=None)
 
 
 def test_schedulable_waits_for_every_parent_and_low_watermark(store):
@@ -125,19 +162,19 @@ def test_schedulable_waits_for_every_parent_and_low_watermark(store):
     assert [p.token for p in store.schedulable()] == ["initial"]
     store.add_children(children("initial", start, ("a", ["initial"]), ("b", ["initial"])), None, 1000)
     assert [p.token for p in store.schedulable()] == ["initial"]  # parent not finished yet
-    store.record_progress("initial", start, finished=True)
+    store.record_progress("initial", start, finished=True, owner=None)
     assert {p.token for p in store.schedulable()} == {"a", "b"}
     store.transition(["a", "b"], S.SCHEDULED)
     t1 = start + timedelta(seconds=2)
     store.add_children(children("a", t1, ("m", ["a", "b"])), None, 1000)
-    store.record_progress("a", t1 - ONE_MICROSECOND, finished=True)
-    store.record_progress("b", start + timedelta(seconds=1), finished=False)
+    store.record_progress("a", t1 - ONE_MICROSECOND, finished=True, owner=None)
+    store.record_progress("b", start + timedelta(seconds=1), finished=False, owner=None)
     assert store.schedulable() == []  # merge child waits for b
     assert store.low_watermark() == start + timedelta(seconds=1)  # b is the slowest unfinished
-    store.record_progress("b", t1 - ONE_MICROSECOND, finished=True)
+    store.record_progress("b", t1 - ONE_MICROSECOND, finished=True, owner=None)
     assert [p.token for p in store.schedulable()] == ["m"]
     assert store.low_watermark() == t1 - ONE_MICROSECOND
-    store.record_progress("m", t1 + timedelta(seconds=1), finished=True)
+    store.record_progress("m", t1 + timedelta(seconds=1), finished=True, owner=None)
     assert store.low_watermark() is None
 
 
@@ -145,15 +182,15 @@ def test_cleanup_keeps_parents_of_unfinished_children(store):
     start = utc_now()
     store.initialize(start, None, 1000)
     store.add_children(children("initial", start, ("a", ["initial"])), None, 1000)
-    store.record_progress("initial", start, finished=True)
+    store.record_progress("initial", start, finished=True, owner=None)
     assert store.delete_finished(timedelta(0)) == []  # "a" still needs its parent
-    store.record_progress("a", start, finished=True)
+    store.record_progress("a", start, finished=True, owner=None)
     assert store.delete_finished(timedelta(hours=1)) == []  # too recent
     store.add_children(children("a", start, ("b", ["a"]), ("c", ["a"])), None, 1000)
-    store.record_progress("b", start, finished=True)
+    store.record_progress("b", start, finished=True, owner=None)
     b_key = store.get("b").key
     assert store.delete_finished(timedelta(0)) == [b_key]  # "a" is a parent of the unfinished "c"
-    store.record_progress("c", start, finished=True)
+    store.record_progress("c", start, finished=True, owner=None)
     keys = {store.get(t).key for t in "ac"}
     assert set(store.delete_finished(timedelta(0), batch_rows=1)) == keys
     assert [p.token for p in store.all()] == ["initial"]  # the stream's anchor stays
@@ -164,11 +201,11 @@ def test_a_parent_removed_by_cleanup_counts_as_finished_and_the_merge_child_stil
     start = utc_now()
     store.initialize(start, None, 1000)
     store.add_children(children("initial", start, ("a", ["initial"]), ("b", ["initial"])), None, 1000)
-    store.record_progress("initial", start, finished=True)
+    store.record_progress("initial", start, finished=True, owner=None)
     store.transition(["a", "b"], S.RUNNING)
     t1 = start + timedelta(seconds=2)
     store.add_children(children("a", t1, ("m", ["a", "b"])), None, 1000)
-    store.record_progress("a", t1 - ONE_MICROSECOND, finished=True)
+    store.record_progress("a", t1 - ONE_MICROSECOND, finished=True, owner=None)
     # Cleanup keeps "a" (a parent of the unfinished "m"); remove it anyway, as a cleanup that did not
     # protect parents would have: the rule must not depend on it.
     assert store.delete_finished(timedelta(0)) == []  # "initial" is a parent of "b", "a" of "m"
@@ -177,5 +214,5 @@ def test_a_parent_removed_by_cleanup_counts_as_finished_and_the_merge_child_stil
     assert {p.token for p in store.all()} == {"initial", "b", "m"}
     assert store.schedulable() == []  # "m" still waits for "b"
     assert store.low_watermark() == start  # "b" holds it: a first partition reads from just after T0
-    store.record_progress("b", t1 - ONE_MICROSECOND, finished=True)
+    store.record_progress("b", t1 - ONE_MICROSECOND, finished=True, owner=None)
     assert [p.token for p in store.schedulable()] == ["m"]

@@ -142,14 +142,14 @@ def test_soft_timeout_ends_on_exact_watermark_and_resumes(bank, metadata_databas
     start = utc_now()
     batch = read_initial(reader, store, start)
     assert batch.finished and len(batch.children) >= 2
-    store.record_progress("initial", batch.watermark, True)
+    store.record_progress("initial", batch.watermark, True, owner=None)
     child = store.schedulable()[0]
     before = utc_now()
     first = reader.read(child, timedelta(seconds=1))
     assert not first.finished or first.children
     if not first.finished:
         assert first.watermark >= before + timedelta(seconds=1) - timedelta(milliseconds=200)
-        store.record_progress(child.token, first.watermark, False)
+        store.record_progress(child.token, first.watermark, False, owner=None)
         resumed = store.get(child.token)
         assert resumed.watermark == first.watermark
         second = reader.read(resumed, timedelta(seconds=1))
@@ -173,7 +173,7 @@ def test_polling_sends_only_windows_already_past_and_ends_on_the_deadline(bank, 
     reader._records = recording_records
     start = utc_now()
     store.initialize(start, None, 500)
-    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=5)).watermark, True)
+    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=5)).watermark, True, owner=None)
     workload = BankWorkload(bank)
     writer = threading.Thread(target=workload.run, args=(5, 150), kwargs={"progress_every": 0})
     writer.start()
@@ -221,7 +221,7 @@ def test_every_request_carries_the_configured_priority(bank, metadata_database):
     store = PartitionMetadataStore(metadata_database, "Prioritized", priority=RpcPriority.LOW)
     reader = PartitionReader(bank, ChangeStreamQuery("BankStream", heartbeat_millis=500), store, priority=RpcPriority.LOW)
     batch = read_initial(reader, store, start)
-    store.record_progress("initial", batch.watermark, batch.finished)
+    store.record_progress("initial", batch.watermark, batch.finished, owner=None)
     store.unfinished()
     store.delete_finished(timedelta(0))
     methods = Counter(method for method, _ in sent)
@@ -236,7 +236,7 @@ def test_a_read_in_chunks_hands_out_every_record_once_and_never_splits_a_commit(
     start = utc_now()
     store.initialize(start, None, 500)
     BankWorkload(bank).run(5, 40, progress_every=0)
-    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True)
+    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True, owner=None)
     children = store.schedulable()
     whole = {c.token: reader.read(c, timedelta(seconds=1)) for c in children}
     data = max(children, key=lambda c: len(whole[c.token].records))  # the emulator puts the data in one
@@ -261,7 +261,7 @@ def test_a_live_read_lands_at_every_interval_with_or_without_data(bank, metadata
     reader, store = make_reader(bank, metadata_database, tail=tail)
     start = utc_now()
     store.initialize(start, None, 500)
-    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True)
+    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True, owner=None)
     stop = threading.Event()
     writer = threading.Thread(target=BankWorkload(bank).run_until, args=(start + timedelta(minutes=5), 20), kwargs={"stop": stop})
     writer.start()
@@ -304,7 +304,7 @@ def test_a_read_lands_its_first_chunk_once_caught_up_not_an_interval_after_it_be
     hour's interval, that first chunk is the only one before the read's end."""
     reader, store = make_reader(bank, metadata_database)
     store.initialize(utc_now(), None, 500)
-    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True)
+    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True, owner=None)
     child = store.schedulable()[0]
     chunks = list(reader.read_chunks(child, timedelta(seconds=30), None, timedelta(hours=1)))
     assert [c.finished for c in chunks] == [False, True], [(len(c.records), c.watermark) for c in chunks]

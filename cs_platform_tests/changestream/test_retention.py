@@ -22,12 +22,12 @@ def age_partitions(store: PartitionMetadataStore, ages_h: dict[str, float], end=
     partition per token whose watermark is that many hours old."""
     now = utc_now()
     store.initialize(now - timedelta(hours=48), end, 1000)
-    store.record_progress(INITIAL_PARTITION_TOKEN, now - timedelta(hours=47), finished=True)
+    store.record_progress(INITIAL_PARTITION_TOKEN, now - timedelta(hours=47), finished=True, owner=None)
     rows = []
     for token, hours in ages_h.items():
         start = now - timedelta(hours=47)
         rows.append([token, partition_key(token, start), [INITIAL_PARTITION_TOKEN], start, None, 1000,
-                     PartitionState.RUNNING.value, now - timedelta(hours=hours), start, start, start, None])
+                     PartitionState.RUNNING.value, now - timedelta(hours=hours), start, start, start, None, None])
     with store.database.batch() as batch:
         batch.insert(store.table, COLUMNS, rows)
 
@@ -58,12 +58,12 @@ def test_watermarks_past_half_then_past_80_percent_then_past_the_retention(strea
     assert "36.0h (retention_period)" in text and "python -m cs_platform.reset Kept36h" in text
     assert store.get("expired").key in text
 
-    store.record_progress("expired", utc_now(), finished=True)
-    store.record_progress("near-expiry", utc_now(), finished=True)
+    store.record_progress("expired", utc_now(), finished=True, owner=None)
+    store.record_progress("near-expiry", utc_now(), finished=True, owner=None)
     warned = watch_retention(store.unfinished(), lambda: change_stream_retention(stream_database, "Kept36h"), utc_now())
     assert warned.level is RetentionLevel.WARN and not warned.expired and not warned.near_expiry
 
-    store.record_progress("past-half", utc_now(), finished=True)
+    store.record_progress("past-half", utc_now(), finished=True, owner=None)
     calm = watch_retention(store.unfinished(), lambda: pytest.fail("the retention is read only when a watermark is 12h old"), utc_now())
     assert calm.level is RetentionLevel.OK and calm.retention is None
 

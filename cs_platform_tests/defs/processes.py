@@ -7,7 +7,10 @@ write that wrote rows (or the partition's last, or any 20 s after its first) and
 update; ``between_chunks``: after a chunk that wrote rows (or any 20 s after the first) landed and its
 watermark was persisted, as the next chunk, read, is about to land), writes MARKER and waits to be
 killed; or, for ``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
-(the run checks whether it was given up before landing) and writes MARKER.late if it lands at all.
+(the run checks whether it was given up before landing) and writes MARKER.late if it lands at all;
+or, for ``paused``, stops itself with SIGSTOP between that check and the landing of its first chunk
+with rows (or the partition's last, or any 20 s after its first), writing MARKER first; resumed
+(SIGCONT), it lands the chunk, writes MARKER.late, and goes on to persist its watermark.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
 ``python -m cs_platform_tests.defs.processes lake CUTS MARKER [mirror|history]``: a lake run as the
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -88,6 +92,11 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
         # after a while): a first chunk of heartbeats alone says nothing about a landed file.
         if point == "between_chunks" and "watermark" in last and (last["landed"] is not None or patience_over):
             stop_dead(last["landed"], watermark=last["watermark"])
+        if point == "paused" and "paused" not in last and (batch.records or batch.finished or patience_over):
+            last["paused"] = {"pid": os.getpid(), "rows": batch.mod_count, "watermark": batch.watermark.isoformat()}
+            marker.write_text(json.dumps(last["paused"]))
+            os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, until the test sends SIGCONT
+            last["resumed"] = True
         if last.get("resumed"):
             marker.with_suffix(".late").write_text(key)
         last["landed"] = land(self, stream, key, batch)
@@ -99,8 +108,8 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
             stop_dead(last["landed"], watermark=last.get("watermark"))
         return last["landed"]
 
-    def record_progress(self, token, watermark, finished):
-        persist(self, token, watermark, finished)
+    def record_progress(self, token, watermark, finished, owner):
+        persist(self, token, watermark, finished, owner)
         if not finished:  # a chunk landed, its watermark persisted, more to read
             last["watermark"] = watermark.isoformat()
 

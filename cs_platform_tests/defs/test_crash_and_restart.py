@@ -6,6 +6,8 @@
 - presumed dead: a run is presumed dead once it has not landed for stale_run_seconds, however long it
   has read; a run the sensor marked failed while it was in fact alive stops before it lands again,
   so it never reads beside its re-launch.
+- fencing: a run paused (SIGSTOP) between that check and a landing, presumed dead and re-launched,
+  lands late when resumed but can no longer move its partition's watermark; nothing is lost.
 - restart: the sensor loop and its runs are killed mid-stream and started again on the existing
   metadata table with an empty cursor: no re-initialization (Beam #32509), no error, no loss.
 - lake: a long-lived lake run killed between a mirror's commit and the manifest's: the cut it was
@@ -16,6 +18,7 @@ import os
 import signal
 import time
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from dagster import AssetKey, DagsterRun, DagsterRunStatus, RunsFilter, materialize
@@ -23,7 +26,7 @@ from dagster import AssetKey, DagsterRun, DagsterRunStatus, RunsFilter, material
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState, utc_now
 from cs_platform.defs.runs import live_runs_by_partition, mark_progress
 from cs_platform.definitions import build_definitions
-from cs_platform.dev.deadline import Deadline, load_per_core
+from cs_platform.dev.deadline import Deadline, load_per_core, wait_until
 from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed
 from cs_platform.dev.sensor_loop import SensorLoop, evaluate_sensor
 from cs_platform.dev.workload import INITIAL_BALANCE
@@ -195,6 +198,83 @@ def test_a_run_presumed_dead_while_alive_stops_before_it_lands_again(bank_stream
     failures = [e for e in events if e.is_step_failure]
     assert len(failures) == 1 and "stopping before its next landing" in str(failures[0].event_specific_data)
     assert bank_stream.store.get(victim.token).state is PartitionState.RUNNING  # for its re-launch to finish
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of a process (T: stopped by a signal)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.heavy
+def test_a_paused_run_resumed_after_its_relaunch_was_ingested_moves_no_watermark_and_loses_nothing(
+    bank_stream, dagster_instance, spark, tmp_path, monkeypatch
+):
+    """Fencing (DESIGN invariant 11). Reader runs stop themselves with SIGSTOP after the run's
+    given-up check and before a landing, the window no such check can close. The sensor presumes
+    them dead after stale_run_seconds and re-launches their partitions, whose runs take them, land
+    past the paused chunks, and are ingested by a cut of the lake. Resumed with SIGCONT, each paused
+    run lands its chunk late (a file named from the watermark it started at) and is refused when
+    it persists: it fails naming the fencing, and the watermark and owner stay its re-launch's.
+    Then every committed mod reaches the changelog once and every cut is the source's bank."""
+    monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "0.5")  # a first chunk at once
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds())
+    store = bank_stream.store
+    defs = build_definitions()
+    mirrors = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
+    lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
+    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
+        loop.run_for(4)
+        victims = {p.key: p for p in reading_partitions(bank_stream, loop)}
+        processes = {key: spawn("run", key, "paused", str(tmp_path / f"{key}.json")) for key in victims}
+        try:
+            markers = {key: wait_for(tmp_path / f"{key}.json", timeout_s=120) for key in processes}
+            wait_until(lambda: all(process_state(p.pid) == "T" for p in processes.values()), 30, "the runs to stop", poll_s=0.05)
+            owners = {key: store.get_by_key(key).owner for key in victims}  # the paused runs took their partitions
+            assert all(owners[key] for key in victims)
+
+            def relaunched() -> bool:
+                now = {key: store.get_by_key(key) for key in victims}
+                return all(
+                    p.owner != owners[key]
+                    and (p.state is PartitionState.FINISHED or p.watermark >= datetime.fromisoformat(markers[key]["watermark"]))
+                    for key, p in now.items()
+                )
+
+            loop.run_until(relaunched, timeout_s=180, drain=False)  # presumed dead, re-launched, read past the pause
+            assert materialize(mirrors, resources=defs.resources, instance=dagster_instance).success  # ingested
+            fenced = {key: store.get_by_key(key) for key in victims}
+            for process in processes.values():
+                os.kill(process.pid, signal.SIGCONT)
+            deadline = Deadline(120)
+            while any(process.poll() is None for process in processes.values()):
+                assert not deadline.expired(), f"a resumed run neither persisted nor stopped ({deadline.describe()})"
+                loop.run_for(0.5)
+        finally:
+            for process in processes.values():
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+        for key, process in processes.items():
+            assert process.returncode == 1, f"the resumed run of {key} did not fail"
+            assert (tmp_path / f"{key}.late").exists(), f"the resumed run of {key} did not land its chunk"
+            events = [e.dagster_event for e in dagster_instance.all_logs(owners[key]) if e.dagster_event]
+            [failure] = [e for e in events if e.is_step_failure]
+            assert "no longer owns partition" in str(failure.event_specific_data), str(failure.event_specific_data)
+            after = store.get_by_key(key)
+            assert after.owner == fenced[key].owner != owners[key]  # the re-launch still owns it
+            assert after.watermark >= fenced[key].watermark  # moved by the re-launch alone, if at all
+        stop.set()
+        loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
+    writer.join()
+    late_rows = sum(m["rows"] for m in markers.values())
+    assert late_rows > 0, "no paused run held rows: the writer was idle?"
+    assert materialize(mirrors, resources=defs.resources, instance=dagster_instance).success
+    cuts = lake.cuts()
+    assert cuts[-1] >= workload.committed[-1].commit_timestamp
+    mods, repeated = changelog_mods(lake, cuts[-1])
+    assert repeated == 0 and mods == committed(workload, cuts[-1], cuts[0])
+    for cut in cuts:
+        check_bank_cut(lake, bank_stream.bank, cut)
+    print(f"fencing: {len(victims)} runs paused, {late_rows} rows landed late, {len(cuts)} cuts checked")
 
 
 def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dagster_instance):
