@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import random
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -74,14 +75,22 @@ DEFAULT_CHUNK_INTERVAL = timedelta(seconds=2)
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Backoff for transient gRPC failures; each retry resumes just after the safe watermark."""
+    """Backoff for transient gRPC failures; each retry resumes just after the safe watermark.
+
+    ``max_attempts`` counts failures in a row without progress: a failure after the watermark moved
+    starts the count again, so a long read that a flaky link interrupts now and then goes on for as
+    long as it makes progress, and one that makes none gives up after ``max_attempts``. The backoff
+    doubles from ``initial_backoff_s`` up to ``max_backoff_s`` and is jittered (half of it at random,
+    https://cloud.google.com/spanner/docs/error-codes: "retry using exponential backoff"), so the
+    runs that one outage interrupted do not all come back in the same instant."""
 
     max_attempts: int = 8
     initial_backoff_s: float = 0.2
     max_backoff_s: float = 10.0
 
     def backoff(self, attempt: int) -> float:
-        return min(self.max_backoff_s, self.initial_backoff_s * (2 ** (attempt - 1)))
+        ceiling = min(self.max_backoff_s, self.initial_backoff_s * (2 ** (attempt - 1)))
+        return ceiling * random.uniform(0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -159,10 +168,25 @@ class _Progress:
         return time.monotonic() - self.chunk_began >= interval.total_seconds()
 
 
+OUT_OF_MEMORY = "Out of memory"  # RESOURCE_EXHAUSTED for a result the server cannot hold: narrow, do not retry
+
+
 def _is_transient(error: gexc.GoogleAPICallError) -> bool:
+    """Whether the same query may succeed if sent again (docs/reader.md, "Errors and retries").
+
+    Following https://cloud.google.com/spanner/docs/error-codes: UNAVAILABLE, ABORTED and
+    DEADLINE_EXCEEDED are retried; RESOURCE_EXHAUSTED is a quota or an overloaded server, retried
+    with backoff, unless the server ran out of memory for this query's result (then the window is
+    narrowed instead); INTERNAL only for a reset stream (the errors the client library itself
+    resumes, ``_STREAM_RESUMPTION_INTERNAL_ERROR_MESSAGES``); NOT_FOUND only for a session the
+    server deleted (https://cloud.google.com/spanner/docs/sessions), never for a database."""
+    text = str(error)
     if isinstance(error, (gexc.ServiceUnavailable, gexc.Aborted, gexc.DeadlineExceeded)):
         return True
-    text = str(error)
+    if isinstance(error, gexc.ResourceExhausted):
+        return OUT_OF_MEMORY not in text
+    if isinstance(error, gexc.NotFound):
+        return "Session not found" in text
     return isinstance(error, gexc.InternalServerError) and (
         "RST_STREAM" in text or "unexpected EOS" in text or "Received RST" in text
     )
@@ -193,7 +217,7 @@ def translate_error(error: gexc.GoogleAPICallError, stream: str, key: str, start
             "can serve (before the stream was created or older than its retention period): use a start "
             f"timestamp inside the retention window. Spanner said: {error.message}"
         )
-    if isinstance(error, gexc.ResourceExhausted) and "Out of memory" in text:
+    if isinstance(error, gexc.ResourceExhausted):  # out of memory: every other one is transient
         return ResultTooLargeError(f"Spanner ran out of memory for the query of {where} of stream {stream}: {error.message}")
     if isinstance(error, gexc.NotFound):
         return DatabaseNotFoundError(f"database or instance not found while reading stream {stream}: {error.message}")
@@ -349,6 +373,7 @@ class PartitionReader:
         """Run one query to completion, retrying transient failures from the safe watermark; yield
         whenever a chunk is due (the caller takes it)."""
         attempt = 0
+        failed_at = None  # the watermark at the last failure: a failure past it starts the count again
         while True:
             start = max(query_start, progress.watermark + ONE_MICROSECOND)
             try:
@@ -360,7 +385,8 @@ class PartitionReader:
                         yield
                 return
             except TransientError as e:
-                attempt += 1
+                attempt = 1 if failed_at is None or progress.watermark > failed_at else attempt + 1
+                failed_at = progress.watermark
                 progress.retries += 1
                 if attempt >= self.retry.max_attempts:
                     raise

@@ -41,7 +41,10 @@ class LiveTail:
         return min(deadline, now - self.settle) if self.polls else deadline
 
     def pause_s(self, now: datetime, deadline: datetime) -> float:
-        """Seconds to wait before the next poll: one interval, or less if the deadline settles sooner."""
+        """Seconds to wait before the next query: one interval, or less if the deadline settles
+        sooner; none while streaming (a read narrowed into windows sends the next one at once)."""
+        if not self.polls:
+            return 0.0
         until_deadline = (deadline + self.settle - now).total_seconds()
         return max(0.0, min(self.interval.total_seconds(), until_deadline))
 

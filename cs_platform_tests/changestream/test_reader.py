@@ -1,4 +1,5 @@
-"""PartitionReader against the emulator: errors with clear messages, retries without loss, early ends."""
+"""PartitionReader against the emulator: errors with clear messages, early ends, chunks and live tails
+(faults and retries through the real client: test_faults.py)."""
 
 import threading
 from collections import Counter
@@ -15,13 +16,11 @@ from cs_platform.changestream.errors import (
     PartitionEndedWithoutChildrenError,
     StartTimestampOutOfRangeError,
     TerminalError,
-    TransientError,
     UnknownChangeStreamError,
 )
 from cs_platform.changestream.metadata import ONE_MICROSECOND, PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority
 from cs_platform.changestream.reader import PartitionReader, RetryPolicy
-from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.tail import POLLING, STREAMING
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 from cs_platform_tests.conftest import INSTANCE, PROJECT
@@ -70,56 +69,6 @@ def test_invalid_token_is_named(bank, metadata_database):
 def test_unknown_instance_or_database_is_named(emulator, instance, instance_id, database_id, match):
     with pytest.raises(DatabaseNotFoundError, match=match):
         SpannerTarget(PROJECT, instance_id, database_id, emulator.host).connect()
-
-
-def test_transient_failure_mid_stream_resumes_from_safe_watermark_without_loss(bank, metadata_database):
-    """Kill the stream with UNAVAILABLE after some records: the retry resumes after the watermark,
-    the batch has every record exactly once."""
-    start = utc_now()
-    workload = BankWorkload(bank)
-    workload.run(accounts=10, transfers=60)
-    end = max(t.commit_timestamp for t in workload.committed) + timedelta(milliseconds=1)
-
-    clean, clean_store = make_reader(bank, metadata_database)
-    clean_records = collect(clean, clean_store, start, end)
-
-    flaky, flaky_store = make_reader(bank, metadata_database, table="MetaFlaky")
-    original = flaky._records
-    failures = {"left": 3}
-
-    def failing_records(partition, s, e):
-        for i, record in enumerate(original(partition, s, e)):
-            if failures["left"] and i == 25:
-                failures["left"] -= 1
-                raise TransientError("injected UNAVAILABLE")
-            yield record
-
-    flaky._records = failing_records
-    flaky_records = collect(flaky, flaky_store, start, end)
-    assert failures["left"] == 0
-    assert sorted(flaky_records) == sorted(clean_records)
-    assert len(set(flaky_records)) == len(flaky_records) == sum(len(t.mods) for t in workload.committed)
-
-
-def collect(reader, store, start, end):
-    ids = []
-    LocalRunner(reader, lambda b: ids.extend(i for r in b.records for i in r.change_ids()), timedelta(seconds=5)).run(
-        start, end, 500, stop_after_s=120
-    )
-    assert {p.state for p in store.all()} == {PartitionState.FINISHED}
-    return ids
-
-
-def test_retries_are_bounded(bank, metadata_database):
-    reader, store = make_reader(bank, metadata_database, retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.01))
-
-    def always_failing(partition, s, e):
-        raise TransientError("injected UNAVAILABLE")
-        yield  # pragma: no cover
-
-    reader._records = always_failing
-    with pytest.raises(TransientError, match="injected"):
-        read_initial(reader, store, utc_now())
 
 
 def test_query_ending_early_without_children_is_an_error_not_finished(bank, metadata_database):

@@ -1,0 +1,457 @@
+"""A Cloud Spanner front for the emulator: a gRPC server on loopback that forwards every call to the
+emulator and, as configured, fails change stream queries and metadata commits the way Cloud
+Spanner does.
+
+**Streaming.** Cloud Spanner streams a change stream query whose end timestamp is still ahead:
+records as they commit, heartbeats while there are none, the query ending at its end timestamp
+(https://cloud.google.com/spanner/docs/change-streams/details#query). The emulator, asked the same,
+loses commits that fall on its internal scan boundaries (``changestream/tail.py``). The front
+serves such a query as Cloud Spanner would, built from settled reads underneath: it asks the
+emulator for contiguous windows ``[cursor, min(end, now - settle)]`` that are already past (each one
+inclusive scan, nothing lost), every ``poll`` seconds, and forwards their responses on the one
+stream until the end timestamp or the partition's end (a child partitions record). Each response
+it forwards carries a resume token of the front's own, so the client library's resume after
+``UNAVAILABLE`` or a reset stream continues exactly after it (spanner.proto, PartialResultSet:
+"resume_token ... can be used to resume the stream from this point").
+
+**Faults.** The emulator answers every call it gets; Cloud Spanner sometimes does not. What the reader must
+survive is written down by Google, and this front plays it through the real client library, so the
+client's own retries, ``translate_error`` and the reader's resume all meet a real gRPC status:
+
+- ``UNAVAILABLE`` and ``INTERNAL`` with ``Received RST_STREAM`` mid-stream: a server or link
+  that goes away (https://cloud.google.com/spanner/docs/error-codes: retry UNAVAILABLE; the client
+  resumes an INTERNAL stream reset, ``google.cloud.spanner_v1._helpers._STREAM_RESUMPTION_INTERNAL_ERROR_MESSAGES``);
+- ``DEADLINE_EXCEEDED`` (error-codes: "the deadline expired before the operation could complete");
+- ``RESOURCE_EXHAUSTED``: a quota or throttling refusal (error-codes: "retry using exponential
+  backoff"), or the server running out of memory for a query's result (narrow the query);
+- ``NOT_FOUND`` "Session not found" (https://cloud.google.com/spanner/docs/sessions: a session
+  the server deleted; the client creates another and the call is retried);
+- ``ABORTED`` on a read-write transaction's commit (error-codes: "retry the whole transaction");
+- stalls and slow links: responses held back, or each delayed.
+
+A fault never changes what the emulator committed or returns: it ends or delays a call, and every
+response that reaches the client is one the emulator sent, unchanged. ``python -m
+cs_platform.dev.spanner_front --help`` runs one in front of a running emulator.
+
+Python API::
+
+    with SpannerFront(upstream="127.0.0.1:9010") as front:      # its address: front.host
+        front.inject(Fault(StatusCode.UNAVAILABLE, after_responses=3))   # the next change stream query
+        ... point SPANNER_EMULATOR_HOST at front.host ...
+        front.injected                                            # the faults that fired, in order
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Iterator
+
+import grpc
+from google.cloud.spanner_v1.types import CommitRequest, ExecuteSqlRequest, PartialResultSet
+from google.protobuf import struct_pb2
+
+from cs_platform.dev.emulator import free_loopback_port
+
+log = logging.getLogger(__name__)
+
+SPANNER = "/google.spanner.v1.Spanner/"
+# Server-streaming methods of google.spanner.v1.Spanner (googleapis google/spanner/v1/spanner.proto);
+# every other method of every service the front forwards is unary.
+STREAMING_METHODS = frozenset({SPANNER + "ExecuteStreamingSql", SPANNER + "StreamingRead", SPANNER + "BatchWrite"})
+COMMIT = SPANNER + "Commit"
+
+# What Cloud Spanner and gRPC say, for each fault (the client library and translate_error read them).
+MESSAGES = {
+    grpc.StatusCode.UNAVAILABLE: "The service is currently unavailable.",
+    grpc.StatusCode.INTERNAL: "Received RST_STREAM with error code 2",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "Deadline Exceeded",
+    grpc.StatusCode.RESOURCE_EXHAUSTED: "Quota exceeded for quota metric 'Read requests' of service 'spanner.googleapis.com'.",
+    grpc.StatusCode.NOT_FOUND: "Session not found: {session}",
+    grpc.StatusCode.ABORTED: "Transaction was aborted.",
+}
+OUT_OF_MEMORY = "Out of memory: the query's result is too large. Reduce the query's time range."
+
+
+ONE_MICROSECOND = timedelta(microseconds=1)
+# The arguments of a change stream query: named (GoogleSQL ``start_timestamp => @p``) or by position
+# (GoogleSQL ``READ_S(@a, @b, @c, @d)``, PostgreSQL ``spanner.read_json_s($1, $2, $3, $4, …)``).
+_NAMED = {name: re.compile(rf"{name}\s*=>\s*@(\w+)", re.IGNORECASE) for name in ("start_timestamp", "end_timestamp", "partition_token")}
+_POSITIONAL = re.compile(r"(?:read_\w+|spanner\.read_json_\w+|spanner\.read_proto_bytes_\w+)\s*\(([^)]*)\)", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class StreamArguments:
+    """Which request parameters hold a change stream query's start, end and partition token."""
+
+    start: str
+    end: str
+    token: str
+
+    @classmethod
+    def of(cls, sql: str) -> "StreamArguments | None":
+        named = {name: pattern.search(sql) for name, pattern in _NAMED.items()}
+        if all(named.values()):
+            return cls(*(m.group(1) for m in named.values()))
+        call = _POSITIONAL.search(sql)
+        if call is None:
+            return None
+        names = [a.strip().lstrip("@").replace("$", "p") for a in call.group(1).split(",")]
+        return cls(*names[:3]) if len(names) >= 3 else None
+
+
+def _timestamp(value: struct_pb2.Value) -> datetime | None:
+    if value.HasField("null_value") or not value.string_value:
+        return None
+    return datetime.fromisoformat(value.string_value.replace("Z", "+00:00"))
+
+
+def _rfc3339(ts: datetime) -> str:
+    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _merge(head: struct_pb2.Value, tail: struct_pb2.Value) -> struct_pb2.Value:
+    """Join a chunked value with its continuation (spanner.proto, PartialResultSet.chunked_value:
+    strings are concatenated; lists are concatenated, their meeting elements merged the same way)."""
+    if head.HasField("string_value"):
+        return struct_pb2.Value(string_value=head.string_value + tail.string_value)
+    items = list(head.list_value.values)
+    more = list(tail.list_value.values)
+    if items and more and items[-1].WhichOneof("kind") in ("string_value", "list_value") and items[-1].WhichOneof("kind") == more[0].WhichOneof("kind"):
+        items[-1] = _merge(items[-1], more.pop(0))
+    return struct_pb2.Value(list_value=struct_pb2.ListValue(values=items + more))
+
+
+def _rows(responses: list) -> list[struct_pb2.Value]:
+    """The complete values of one query's responses (one column: one value per row)."""
+    values: list[struct_pb2.Value] = []
+    chunked = False
+    for response in responses:
+        incoming = list(response.values)
+        if chunked and incoming:
+            values[-1] = _merge(values[-1], incoming.pop(0))
+        values += incoming
+        chunked = response.chunked_value
+    return values
+
+
+def has_child_partitions(responses: list) -> bool:
+    """Whether a change stream query's responses hold a child partitions record, the partition's end.
+
+    GoogleSQL: a row is ``ARRAY<STRUCT<data_change_record, heartbeat_record,
+    child_partitions_record>>`` (lists, field 2 the children); PostgreSQL: a JSONB object whose key
+    is the record's kind (https://cloud.google.com/spanner/docs/change-streams/details)."""
+    for row in _rows(responses):
+        if row.HasField("string_value"):
+            if "child_partitions_record" in json.loads(row.string_value):
+                return True
+            continue
+        for record in row.list_value.values:
+            fields = record.list_value.values
+            if len(fields) > 2 and fields[2].list_value.values:
+                return True
+    return False
+
+
+def is_change_stream_query(sql: str) -> bool:
+    """A change stream query: GoogleSQL ``READ_<stream>(...)`` or PostgreSQL ``spanner.read_json_<stream>(...)``
+    / ``spanner.read_proto_bytes_<stream>(...)``."""
+    text = sql.lower()
+    return " from read_" in text or "spanner.read_json_" in text or "spanner.read_proto_bytes_" in text
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault, for the next call it applies to that gets that far: a change stream query
+    (``on="query"``) that has sent ``after_responses`` responses, or a read-write commit
+    (``on="commit"``).
+
+    ``code`` None with ``delay_s``: a stall (the call pauses ``delay_s`` after ``after_responses``
+    responses, then goes on) or, with ``each=True``, a slow link (every response ``delay_s`` late).
+    Otherwise the call ends with ``code`` after ``after_responses`` responses have reached the client
+    (0: before any), with ``message`` or Cloud Spanner's for that code."""
+
+    code: grpc.StatusCode | None = None
+    after_responses: int = 0
+    message: str | None = None
+    on: str = "query"
+    delay_s: float = 0.0
+    each: bool = False
+
+    def describe(self) -> str:
+        what = self.code.name if self.code else ("slow link" if self.each else "stall")
+        return f"{what} on a {self.on} after {self.after_responses} responses"
+
+
+@dataclass
+class _Faults:
+    """The faults waiting, and those that fired; shared by the server's threads."""
+
+    pending: list[Fault] = field(default_factory=list)
+    injected: list[Fault] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    live_queries: int = 0  # change stream queries served from settled windows
+
+    def due(self, on: str, sent: int = 0) -> Fault | None:
+        """The first waiting fault of kind ``on`` that a call which has sent ``sent`` responses
+        reaches, taken (it fires once)."""
+        with self.lock:
+            for fault in self.pending:
+                if fault.on == on and fault.after_responses <= sent:
+                    self.pending.remove(fault)
+                    self.injected.append(fault)
+                    return fault
+            return None
+
+
+def _status_message(fault: Fault, session: str) -> str:
+    return fault.message or MESSAGES[fault.code].format(session=session)
+
+
+class _Forwarder(grpc.GenericRpcHandler):
+    """Forwards every method to the upstream channel as bytes, with the caller's metadata and deadline."""
+
+    def __init__(self, channel: grpc.Channel, faults: _Faults, settle: timedelta, poll_s: float) -> None:
+        self.channel = channel
+        self.faults = faults
+        self.settle = settle
+        self.poll_s = poll_s
+
+    def service(self, details: grpc.HandlerCallDetails):
+        method = details.method
+        if method in STREAMING_METHODS:
+            upstream = self.channel.unary_stream(method)
+            return grpc.unary_stream_rpc_method_handler(lambda request, context: self._stream(method, upstream, request, context))
+        upstream = self.channel.unary_unary(method)
+        return grpc.unary_unary_rpc_method_handler(lambda request, context: self._unary(method, upstream, request, context))
+
+    @staticmethod
+    def _call_options(context: grpc.ServicerContext) -> dict:
+        remaining = context.time_remaining()
+        return {"metadata": context.invocation_metadata(), "timeout": remaining if remaining is not None and remaining < 1e9 else None}
+
+    def _unary(self, method: str, upstream: Callable, request: bytes, context: grpc.ServicerContext) -> bytes:
+        fault = self.faults.due("commit") if method == COMMIT else None
+        if fault is not None and fault.code is not None:
+            log.info("front: %s", fault.describe())
+            session = CommitRequest.pb().FromString(request).session
+            context.abort(fault.code, _status_message(fault, session))
+        try:
+            return upstream(request, **self._call_options(context))
+        except grpc.RpcError as e:  # the emulator's own error, passed on as it is
+            context.abort(e.code(), e.details())
+
+    def _stream(self, method: str, upstream: Callable, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
+        session = None  # set for a change stream query: the only streaming call faults apply to
+        if method == SPANNER + "ExecuteStreamingSql":
+            parsed = ExecuteSqlRequest.pb().FromString(request)
+            if is_change_stream_query(parsed.sql):
+                session = parsed.session
+                live = self._live(parsed)
+                if live is not None:
+                    with self.faults.lock:
+                        self.faults.live_queries += 1
+                    yield from self._faulty(live.stream(upstream, context), session, live, context)
+                    return
+        responses = upstream(request, **self._call_options(context))
+        yield from self._faulty(responses, session, responses, context)
+
+    def _live(self, request) -> "LiveQuery | None":
+        """A streaming change stream query to serve from settled windows, or None to forward as it is
+        (an end already settled, or the initial query, which only names the first partitions)."""
+        arguments = StreamArguments.of(request.sql)
+        if arguments is None:
+            return None
+        params = request.params.fields
+        end = _timestamp(params[arguments.end])
+        token = params[arguments.token]
+        if token.HasField("null_value") or end is None or end <= datetime.now(timezone.utc) - self.settle:
+            return None
+        return LiveQuery(request, arguments, self.settle, self.poll_s)
+
+    def _faulty(self, responses: Iterator[bytes], session: str | None, call, context: grpc.ServicerContext) -> Iterator[bytes]:
+        """Pass ``responses`` on, failing or delaying them as a due fault says (change stream queries only)."""
+        sent, fault = 0, None
+        try:
+            for response in responses:
+                fault = fault or (self.faults.due("query", sent) if session is not None else None)
+                if fault is not None and fault.code is not None:
+                    self._fail(fault, session, call, context)
+                if fault is not None and (fault.each or sent == fault.after_responses):
+                    time.sleep(fault.delay_s)  # a slow link, or a stall
+                yield response
+                sent += 1
+        except grpc.RpcError as e:
+            if e.code() is not grpc.StatusCode.CANCELLED or context.is_active():
+                context.abort(e.code(), e.details())
+
+    @staticmethod
+    def _fail(fault: Fault, session: str, call, context: grpc.ServicerContext) -> None:
+        log.info("front: %s", fault.describe())
+        call.cancel()
+        context.abort(fault.code, _status_message(fault, session))
+
+
+class LiveQuery:
+    """One streaming change stream query, served as contiguous settled windows of the emulator.
+
+    The front's resume token for a response is ``<window start>|<window end>|<index>``: a window
+    already past reads the same every time, so a resumed call reads that window again and goes on
+    after the response with that index."""
+
+    def __init__(self, request, arguments: StreamArguments, settle: timedelta, poll_s: float) -> None:
+        self.request = request
+        self.arguments = arguments
+        self.settle = settle
+        self.poll_s = poll_s
+        params = request.params.fields
+        self.end = _timestamp(params[arguments.end])
+        self.cursor = _timestamp(params[arguments.start])
+        self.skip = -1  # responses of the first window already delivered before a resume
+        self.window_end: datetime | None = None
+        if request.resume_token:
+            start, end, index = request.resume_token.decode().split("|")
+            self.cursor, self.window_end, self.skip = datetime.fromisoformat(start), datetime.fromisoformat(end), int(index)
+        self._call = None
+
+    def cancel(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
+
+    def _window(self, start: datetime, end: datetime) -> bytes:
+        window = type(self.request)()
+        window.CopyFrom(self.request)
+        window.ClearField("resume_token")
+        window.params.fields[self.arguments.start].string_value = _rfc3339(start)
+        window.params.fields[self.arguments.end].string_value = _rfc3339(end)
+        return window.SerializeToString()
+
+    def stream(self, upstream: Callable, context: grpc.ServicerContext) -> Iterator[bytes]:
+        first = not self.request.resume_token
+        while context.is_active():
+            end = self.window_end or min(self.end, datetime.now(timezone.utc) - self.settle)
+            self.window_end = None
+            if end < self.cursor:
+                time.sleep(self.poll_s)
+                continue
+            self._call = upstream(self._window(self.cursor, end), metadata=context.invocation_metadata())
+            responses = [PartialResultSet.pb().FromString(r) for r in self._call]
+            ended = has_child_partitions(responses) or end >= self.end
+            for index, response in enumerate(responses):
+                if index <= self.skip:
+                    continue
+                if not first:
+                    response.ClearField("metadata")  # the row type comes once, in the stream's first response
+                first = False
+                response.last = ended and index == len(responses) - 1
+                response.resume_token = f"{_rfc3339(self.cursor)}|{_rfc3339(end)}|{index}".encode()
+                yield response.SerializeToString()
+            self.skip = -1
+            if ended:
+                return
+            self.cursor = end + ONE_MICROSECOND
+            time.sleep(self.poll_s)
+
+
+class SpannerFront:
+    """A gRPC server on a free loopback port in front of the emulator at ``upstream`` (``host:port``).
+
+    ``poll_s``: how often a streaming query asks the emulator for the next settled window;
+    ``settle``: how far behind now a window ends (the emulator serves a window whose end it sees as
+    past in one inclusive scan; it runs on this host's clock, so a small margin suffices)."""
+
+    def __init__(
+        self, upstream: str, port: int | None = None, threads: int = 256, poll_s: float = 0.1, settle: timedelta = timedelta(milliseconds=250)
+    ) -> None:
+        self.upstream = upstream
+        self.port = port or free_loopback_port()
+        self._faults = _Faults()
+        self._channel = grpc.insecure_channel(upstream, options=[("grpc.max_receive_message_length", 100 * 2**20)])
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spanner-front"),
+            handlers=[_Forwarder(self._channel, self._faults, settle, poll_s)],
+            options=[("grpc.max_send_message_length", 100 * 2**20), ("grpc.max_receive_message_length", 100 * 2**20)],
+        )
+        self._server.add_insecure_port(f"127.0.0.1:{self.port}")
+
+    @property
+    def host(self) -> str:
+        """The front's address, for ``SPANNER_EMULATOR_HOST``."""
+        return f"127.0.0.1:{self.port}"
+
+    def inject(self, *faults: Fault) -> None:
+        """Queue faults; each fires on the next call it applies to, in the order given."""
+        with self._faults.lock:
+            self._faults.pending.extend(faults)
+
+    @property
+    def injected(self) -> list[Fault]:
+        with self._faults.lock:
+            return list(self._faults.injected)
+
+    @property
+    def live_queries(self) -> int:
+        """How many change stream queries it served streaming, from settled windows."""
+        return self._faults.live_queries
+
+    @property
+    def pending(self) -> list[Fault]:
+        with self._faults.lock:
+            return list(self._faults.pending)
+
+    def start(self) -> "SpannerFront":
+        self._server.start()
+        log.info("Spanner front at %s, forwarding to %s", self.host, self.upstream)
+        return self
+
+    def stop(self) -> None:
+        self._server.stop(grace=1).wait()
+        self._channel.close()
+
+    def __enter__(self) -> "SpannerFront":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m cs_platform.dev.spanner_front",
+        description="Serve Cloud Spanner's google.spanner.v1.Spanner API on loopback in front of a running emulator, "
+        "forwarding every call; faults given here fire on the next change stream queries, in order.",
+    )
+    parser.add_argument("--upstream", required=True, help="the emulator's host:port (its gRPC port)")
+    parser.add_argument("--port", type=int, help="the loopback port to serve on (default: a free one)")
+    parser.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="CODE:AFTER",
+        help="end a change stream query with status CODE (UNAVAILABLE, INTERNAL, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, NOT_FOUND) "
+        "after AFTER responses; repeatable",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    front = SpannerFront(args.upstream, args.port)
+    for spec in args.fault:
+        code, _, after = spec.partition(":")
+        front.inject(Fault(grpc.StatusCode[code.upper()], after_responses=int(after or 0)))
+    with front:
+        print(f"SPANNER_EMULATOR_HOST={front.host}", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Every fault the Cloud Spanner front injects, through the real client library, in streaming mode:
+what the reader does with each gRPC status (docs/reader.md, "Errors and retries"), and that a read
+which recovers lost and repeated nothing.
+
+The expensive part is shared: one bank workload writes for a few seconds while every row's reader
+streams the same range live, side by side, each through a front of its own (``dev/spanner_front.py``)
+with its fault injected mid-stream. Afterwards one clean read, straight from the emulator and
+settled, says what each read had to hold; each row is then its own test.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import pytest
+from grpc import StatusCode
+
+from cs_platform.changestream.connection import SpannerTarget
+from cs_platform.changestream.errors import DatabaseNotFoundError, ResultTooLargeError, TerminalError, TransientError
+from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
+from cs_platform.changestream.query import ChangeStreamQuery
+from cs_platform.changestream.reader import OUT_OF_MEMORY, PartitionReader, RetryPolicy
+from cs_platform.changestream.runner import LocalRunner
+from cs_platform.changestream.tail import STREAMING
+from cs_platform.dev.spanner_front import Fault, SpannerFront
+from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl
+from cs_platform_tests.conftest import INSTANCE, PROJECT
+
+QUICK = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.05)
+WRITE_SECONDS = 4  # the workload writes for this long, from the reads' start
+READ_SECONDS = 8  # the reads stream this long: all of them are live by then, on a loaded machine too
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table in docs/reader.md: the faults injected, and what must follow."""
+
+    faults: tuple[Fault, ...]
+    recovered_by: str | None = None  # client, reader, narrowing, transaction, nobody; None: an error
+    error: type[Exception] | None = None
+    message: str = ""
+    retry: RetryPolicy = QUICK
+
+
+ROWS = {
+    # Recovered. The client library resumes a stream from its last resume token after UNAVAILABLE,
+    # and after INTERNAL for a reset stream; the reader retries from its safe watermark.
+    "unavailable": Row((Fault(StatusCode.UNAVAILABLE, after_responses=5),), "client"),
+    "internal-rst-stream": Row((Fault(StatusCode.INTERNAL, after_responses=5),), "client"),
+    "deadline-exceeded": Row((Fault(StatusCode.DEADLINE_EXCEEDED, after_responses=5),), "reader"),
+    "resource-exhausted-quota": Row((Fault(StatusCode.RESOURCE_EXHAUSTED, after_responses=5),), "reader"),
+    "session-not-found": Row((Fault(StatusCode.NOT_FOUND, after_responses=5),), "reader"),
+    "out-of-memory": Row((Fault(StatusCode.RESOURCE_EXHAUSTED, after_responses=5, message=OUT_OF_MEMORY),), "narrowing"),
+    "stall": Row((Fault(after_responses=5, delay_s=1.5),), "nobody"),
+    "slow-link": Row((Fault(delay_s=0.02, each=True),), "nobody"),
+    "aborted-metadata-commit": Row((Fault(StatusCode.ABORTED, on="commit"),), "transaction"),
+    # More failures than max_attempts, each after the read moved on: the count starts again.
+    "retries-go-on-while-progressing": Row(
+        tuple(Fault(StatusCode.DEADLINE_EXCEEDED, after_responses=5) for _ in range(4)),
+        "reader",
+        retry=RetryPolicy(max_attempts=2, initial_backoff_s=0.01, max_backoff_s=0.05),
+    ),
+    # Not recovered: the named error the user sees.
+    "database-not-found": Row(
+        (Fault(StatusCode.NOT_FOUND, after_responses=5, message="Database not found: projects/p/instances/i/databases/d"),),
+        error=DatabaseNotFoundError,
+        message="database or instance not found",
+    ),
+    "internal": Row(
+        (Fault(StatusCode.INTERNAL, after_responses=5, message="An internal error occurred."),),
+        error=TerminalError,
+        message="Spanner error reading partition .* An internal error occurred",
+    ),
+    "permission-denied": Row(
+        (Fault(StatusCode.PERMISSION_DENIED, message="Caller is missing IAM permission spanner.databases.select"),),
+        error=TerminalError,
+        message="Spanner error reading partition .* spanner.databases.select",
+    ),
+    "too-large-in-a-narrow-window": Row(
+        tuple(Fault(StatusCode.RESOURCE_EXHAUSTED, message=OUT_OF_MEMORY) for _ in range(40)),
+        error=ResultTooLargeError,
+        message="ran out of memory",
+    ),
+    "retries-stop-without-progress": Row(
+        tuple(Fault(StatusCode.DEADLINE_EXCEEDED) for _ in range(5)),
+        error=TransientError,
+        message="Deadline Exceeded",
+        retry=RetryPolicy(max_attempts=3, initial_backoff_s=0.01, max_backoff_s=0.05),
+    ),
+}
+
+
+class CountingReader(PartitionReader):
+    """The real reader, counting the times it narrowed its window (what the log line says)."""
+
+    narrowed = 0
+
+    def _narrower(self, *args):
+        span = super()._narrower(*args)
+        self.narrowed += 1
+        return span
+
+
+@dataclass
+class Outcome:
+    ids: list = field(default_factory=list)
+    retries: int = 0
+    narrowed: int = 0
+    error: Exception | None = None
+    injected: list = field(default_factory=list)
+    pending: list = field(default_factory=list)
+    live_queries: int = 0
+
+
+def bank_reader(host: str, bank_id: str, metadata_id: str, table: str, retry: RetryPolicy) -> CountingReader:
+    """A streaming reader of the bank stream through ``host``, with its partition metadata in
+    ``table`` (created here: the emulator takes one schema change at a time, so call it in turn)."""
+    client = SpannerTarget(PROJECT, INSTANCE, bank_id, host).client()
+    bank = SpannerTarget(PROJECT, INSTANCE, bank_id, host).connect(client)
+    metadata = SpannerTarget(PROJECT, INSTANCE, metadata_id, host).connect(client)
+    store = PartitionMetadataStore(metadata, table)
+    store.create_table_if_missing()
+    return CountingReader(bank, ChangeStreamQuery("BankStream", heartbeat_millis=500), store, retry, STREAMING)
+
+
+def read_stream(reader: CountingReader, start: datetime, end: datetime) -> Outcome:
+    """Read the stream over [start, end], every partition, to its end."""
+    store = reader.metadata
+    outcome = Outcome()
+
+    def land(batch) -> None:
+        outcome.ids.extend(i for r in batch.records for i in r.change_ids())
+        outcome.retries += batch.retries
+
+    try:
+        LocalRunner(reader, land, timedelta(seconds=READ_SECONDS + 5)).run(start, end, 500, stop_after_s=120)
+        assert {p.state for p in store.all()} == {PartitionState.FINISHED}
+    except (TerminalError, TransientError) as e:
+        outcome.error = e
+    outcome.narrowed = reader.narrowed
+    return outcome
+
+
+@pytest.fixture(scope="module")
+def live(make_database, emulator) -> tuple[dict[str, Outcome], list]:
+    """Every row's read of one live workload, side by side, and the clean read's change identities."""
+    bank = make_database(BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
+    workload = BankWorkload(bank)
+    fronts = {name: SpannerFront(emulator.host, poll_s=0.25).start() for name in ROWS}
+    outcomes: dict[str, Outcome] = {}
+    try:
+        # Clients first (each takes about a second to make): the reads must all be live.
+        # A metadata database each: the emulator runs one read-write transaction of a database at a
+        # time, and readers sharing one wait on each other's commits for seconds.
+        readers = {
+            name: bank_reader(front.host, bank.database_id, make_database([]).database_id, "Metadata", ROWS[name].retry)
+            for name, front in fronts.items()
+        }
+        clean_reader = bank_reader(emulator.host, bank.database_id, make_database([]).database_id, "Metadata", QUICK)
+        for name, front in fronts.items():
+            front.inject(*ROWS[name].faults)
+        start = utc_now()
+        end = start + timedelta(seconds=READ_SECONDS)
+
+        def read(name: str) -> None:
+            try:
+                outcomes[name] = read_stream(readers[name], start, end)
+            except Exception as e:  # anything else fails the row's test, named
+                outcomes[name] = Outcome(error=e)
+
+        threads = [threading.Thread(target=read, args=(name,)) for name in ROWS]
+        for thread in threads:
+            thread.start()
+        workload.run_until(start + timedelta(seconds=WRITE_SECONDS), per_second=30)
+        for thread in threads:
+            thread.join(timeout=180)
+            assert not thread.is_alive(), "a read did not end"
+        for name, front in fronts.items():
+            outcome = outcomes[name]
+            outcome.injected, outcome.pending, outcome.live_queries = front.injected, front.pending, front.live_queries
+    finally:
+        for front in fronts.values():
+            front.stop()
+    clean = read_stream(clean_reader, start, end)
+    assert clean.error is None and len(clean.ids) == len(set(clean.ids)) == sum(len(t.mods) for t in workload.committed)
+    assert len(clean.ids) > 100
+    return outcomes, sorted(clean.ids)
+
+
+@pytest.mark.parametrize("name", [n for n, row in ROWS.items() if row.error is None])
+def test_a_read_recovers_from_the_fault_and_loses_and_repeats_nothing(live, name):
+    outcomes, clean = live
+    row, outcome = ROWS[name], outcomes[name]
+    assert outcome.error is None, f"{name}: {outcome.error!r}"
+    assert outcome.live_queries > 0, "no query was streamed: the read began after its end"
+    assert outcome.injected == list(row.faults) and not outcome.pending, "a fault never fired: no call got that far"
+    assert sorted(outcome.ids) == clean, "lost or repeated changes"
+    assert (outcome.retries > 0) == (row.recovered_by == "reader"), outcome.retries
+    if name == "retries-go-on-while-progressing":
+        assert outcome.retries == len(row.faults) > row.retry.max_attempts
+    assert (outcome.narrowed > 0) == (row.recovered_by == "narrowing")
+
+
+@pytest.mark.parametrize("name", [n for n, row in ROWS.items() if row.error is not None])
+def test_a_fault_no_retry_can_fix_stops_the_read_with_a_named_error(live, name):
+    outcomes, _ = live
+    row, outcome = ROWS[name], outcomes[name]
+    assert isinstance(outcome.error, row.error), repr(outcome.error)
+    assert row.error is TransientError or not isinstance(outcome.error, TransientError)
+    assert re.search(row.message, str(outcome.error)), str(outcome.error)
+    if name == "retries-stop-without-progress":
+        assert len(outcome.injected) == row.retry.max_attempts and len(outcome.pending) == 2
+    if name == "too-large-in-a-narrow-window":
+        assert 2 <= len(outcome.injected) < len(row.faults)
+
+
+def test_backoff_is_jittered_and_capped():
+    policy = RetryPolicy(initial_backoff_s=1.0, max_backoff_s=4.0)
+    for attempt in (1, 2, 3, 6):
+        seen = [policy.backoff(attempt) for _ in range(200)]
+        ceiling = min(4.0, 2 ** (attempt - 1))
+        assert all(ceiling / 2 <= p <= ceiling for p in seen)
+        assert len(set(seen)) > 100, "no jitter"
