@@ -27,6 +27,7 @@ from dagster import instance_for_test
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.dev.emulator import SpannerEmulator
+from cs_platform.dev.spanner_front import SpannerFront
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.landing.gcs import EMULATOR_SETTING, GcsAccess
@@ -156,20 +157,34 @@ def dagster_instance():
 
 
 @pytest.fixture
-def stream_setup(make_database, metadata_database, emulator, tmp_path, monkeypatch) -> Callable[..., "StreamSetup"]:
+def spanner_front(emulator) -> Iterator[SpannerFront]:
+    """The Cloud Spanner front (``dev/spanner_front.py``) on a free loopback port before the
+    session's emulator: what a test reads through to take Cloud Spanner's path (streaming reads),
+    and where it injects faults."""
+    with SpannerFront(emulator.host) as front:
+        yield front
+
+
+@pytest.fixture
+def stream_setup(make_database, metadata_database, spanner_front, tmp_path, monkeypatch) -> Callable[..., "StreamSetup"]:
     """A source database with the given DDL and change stream, and the environment
     ``cs_platform.definitions`` reads, pointing at it (landing and lake under the test's temp
-    directory); call ``configure`` on the result to set the time window and timing knobs."""
+    directory); call ``configure`` on the result to set the time window and timing knobs.
+
+    Spanner is reached the way production reaches Cloud Spanner: through the front, read in
+    streaming mode (``CS_PLATFORM_READ_MODE=streaming``); the front serves the live end from
+    settled reads of the emulator, so nothing is lost on the emulator's scan boundaries."""
 
     def make(ddl: list[str], stream: str) -> StreamSetup:
         source = make_database(ddl)
-        setup = StreamSetup(source, metadata_database, tmp_path / "landing", monkeypatch, emulator.host, stream)
+        setup = StreamSetup(source, metadata_database, tmp_path / "landing", monkeypatch, spanner_front.host, stream)
         for name, value in {
             "CS_PLATFORM_SPANNER_PROJECT": PROJECT,
             "CS_PLATFORM_SPANNER_INSTANCE": INSTANCE,
             "CS_PLATFORM_SPANNER_DATABASE": source.database_id,
             "CS_PLATFORM_METADATA_DATABASE": metadata_database.database_id,
-            "SPANNER_EMULATOR_HOST": emulator.host,
+            "SPANNER_EMULATOR_HOST": spanner_front.host,
+            "CS_PLATFORM_READ_MODE": "streaming",
             "CS_PLATFORM_LANDING_ROOT": str(setup.landing_root),
             "CS_PLATFORM_LAKE_ROOT": str(tmp_path / "lake"),
             "CS_PLATFORM_SPARK_MASTER": "local[2]",

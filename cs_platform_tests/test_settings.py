@@ -65,3 +65,16 @@ def test_append_inserts_reaches_the_lake_resource_as_a_flag():
 
     assert configured_resources(BASE)["lake"].append_inserts is True  # on by default
     assert configured_resources({**BASE, "CS_PLATFORM_APPEND_INSERTS": "False"})["lake"].append_inserts is False
+
+
+def test_read_mode_reaches_the_reader_and_a_wrong_one_is_named():
+    from cs_platform.changestream.tail import POLLING, STREAMING
+    from cs_platform.defs.resources import configured_resources
+
+    on_emulator = {**BASE, "SPANNER_EMULATOR_HOST": "127.0.0.1:9010"}
+    assert configured_resources(on_emulator)["bank_stream_change_stream"].spanner.target().live_tail is POLLING
+    streaming = configured_resources({**on_emulator, "CS_PLATFORM_READ_MODE": "streaming"})
+    assert streaming["bank_stream_change_stream"].spanner.target().live_tail is STREAMING
+    assert configured_resources(BASE)["bank_stream_change_stream"].spanner.target().live_tail is STREAMING  # Cloud Spanner
+    with pytest.raises(settings.SettingError, match="CS_PLATFORM_READ_MODE='stream' is not valid: it takes one of auto, streaming, polling"):
+        configured_resources({**BASE, "CS_PLATFORM_READ_MODE": "stream"})

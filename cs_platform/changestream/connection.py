@@ -15,7 +15,12 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import spanner
 from google.cloud.spanner_v1.database import Database
 
-from cs_platform.changestream.errors import CredentialsError, DatabaseNotFoundError, SpannerUnreachableError
+from cs_platform.changestream.errors import (
+    CredentialsError,
+    DatabaseNotFoundError,
+    InvalidArgumentError,
+    SpannerUnreachableError,
+)
 from cs_platform.changestream.query import Dialect
 from cs_platform.changestream.tail import POLLING, STREAMING, LiveTail
 
@@ -28,6 +33,9 @@ MULTIPLEXED_SESSION_SETTINGS = (
 )
 
 
+READ_MODES = ("auto", "streaming", "polling")
+
+
 @dataclass(frozen=True)
 class SpannerTarget:
     """A database address. ``emulator_host`` (``host:port``) selects the emulator, anonymously."""
@@ -37,11 +45,20 @@ class SpannerTarget:
     database: str
     emulator_host: str | None = None
     timeout_s: float = 20.0  # deadline of the calls that find the database (CS_PLATFORM_SPANNER_TIMEOUT_SECONDS)
+    read_mode: str = "auto"  # streaming, polling, or auto: polling on an emulator, else streaming
+
+    def __post_init__(self) -> None:
+        if self.read_mode not in READ_MODES:
+            raise InvalidArgumentError(f"read mode {self.read_mode!r} is not one of {', '.join(READ_MODES)}")
 
     @property
     def live_tail(self) -> LiveTail:
-        """Stream from Cloud Spanner; poll past windows from the emulator (see ``tail``)."""
-        return POLLING if self.emulator_host else STREAMING
+        """Stream from Cloud Spanner; poll past windows from the emulator (see ``tail``), unless
+        ``read_mode`` says which: an emulator behind a front that streams as Cloud Spanner does
+        (``dev/spanner_front.py``) is read streaming."""
+        if self.read_mode == "auto":
+            return POLLING if self.emulator_host else STREAMING
+        return STREAMING if self.read_mode == "streaming" else POLLING
 
     def client(self) -> spanner.Client:
         if self.emulator_host:

@@ -43,12 +43,18 @@ class SpannerResource(ConfigurableResource):
     database_id: str
     emulator_host: Optional[str] = None  # host:port of a Spanner emulator; empty for Cloud Spanner
     timeout_seconds: float = 20.0  # deadline of the calls that find the database and of metadata queries
+    read_mode: str = "auto"  # streaming, polling, or auto (polling on an emulator): CS_PLATFORM_READ_MODE
 
     _databases: dict = PrivateAttr(default_factory=dict)
 
     def target(self, database_id: str | None = None) -> SpannerTarget:
         return SpannerTarget(
-            self.project_id, self.instance_id, database_id or self.database_id, self.emulator_host or None, self.timeout_seconds
+            self.project_id,
+            self.instance_id,
+            database_id or self.database_id,
+            self.emulator_host or None,
+            self.timeout_seconds,
+            self.read_mode,
         )
 
     def database(self, database_id: str | None = None) -> Database:
@@ -325,6 +331,7 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
         database_id=required("CS_PLATFORM_SPANNER_DATABASE"),
         emulator_host=settings.value(environ, "SPANNER_EMULATOR_HOST"),
         timeout_seconds=settings.value(environ, "CS_PLATFORM_SPANNER_TIMEOUT_SECONDS"),
+        read_mode=settings.value(environ, "CS_PLATFORM_READ_MODE"),
     )
     landing_root, lake_root = settings.value(environ, "CS_PLATFORM_LANDING_ROOT"), settings.value(environ, "CS_PLATFORM_LAKE_ROOT")
     resources: dict = {

@@ -1,5 +1,6 @@
 """Acceptance for the orchestration: a real Dagster instance, the real sensor evaluated repeatedly,
-the runs it requests executed in worker processes, against the emulator with a concurrent writer,
+the runs it requests executed in worker processes, reading in streaming mode through the Cloud
+Spanner front before the emulator, with a concurrent writer,
 through real splits and merges. Nothing lost; every run resumes from its partition's watermark; no
 partition read by two runs at once; merge children launched only after every parent finished.
 
@@ -22,7 +23,7 @@ WINDOW_SECONDS = 50
 WRITES_PER_SECOND = 50
 
 
-def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_stream, dagster_instance):
+def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_stream, dagster_instance, spanner_front):
     start = utc_now()
     end = start + timedelta(seconds=WINDOW_SECONDS)
     bank_stream.configure(start, end, soft_timeout_s=WINDOW_SECONDS, stale_run_s=3 * WINDOW_SECONDS)
@@ -50,6 +51,8 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
     print(f"{len(workload.committed)} transactions, {crossed}, {loop.stats}")
     assert crossed.splits >= 2 and crossed.merges >= 2, crossed
     assert loop.stats.failed == 0
+    # Read as Cloud Spanner is read: the runs streamed every partition (the front served it live).
+    assert spanner_front.live_queries >= len(partitions) - 1, (spanner_front.live_queries, len(partitions))
 
     # Every partition became a dynamic partition; each of its reads resumed where the last one ended.
     by_key = {p.key: p for p in partitions}
