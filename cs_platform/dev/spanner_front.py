@@ -269,6 +269,8 @@ class _Forwarder(grpc.GenericRpcHandler):
         arguments = StreamArguments.of(request.sql)
         if arguments is None:
             return None
+        if request.resume_token.startswith(LiveQuery.TOKEN_PREFIX):  # resuming a stream the front served
+            return LiveQuery(request, arguments, self.settle, self.poll_s)
         params = request.params.fields
         end = _timestamp(params[arguments.end])
         token = params[arguments.token]
@@ -302,9 +304,11 @@ class _Forwarder(grpc.GenericRpcHandler):
 class LiveQuery:
     """One streaming change stream query, served as contiguous settled windows of the emulator.
 
-    The front's resume token for a response is ``<window start>|<window end>|<index>``: a window
-    already past reads the same every time, so a resumed call reads that window again and goes on
-    after the response with that index."""
+    The front's resume token for a response is ``front|<window start>|<window end>|<index>``: a
+    window already past reads the same every time, so a resumed call reads that window again and
+    goes on after the response with that index."""
+
+    TOKEN_PREFIX = b"front|"
 
     def __init__(self, request, arguments: StreamArguments, settle: timedelta, poll_s: float) -> None:
         self.request = request
@@ -317,7 +321,7 @@ class LiveQuery:
         self.skip = -1  # responses of the first window already delivered before a resume
         self.window_end: datetime | None = None
         if request.resume_token:
-            start, end, index = request.resume_token.decode().split("|")
+            start, end, index = request.resume_token.removeprefix(self.TOKEN_PREFIX).decode().split("|")
             self.cursor, self.window_end, self.skip = datetime.fromisoformat(start), datetime.fromisoformat(end), int(index)
         self._call = None
 
@@ -351,7 +355,7 @@ class LiveQuery:
                     response.ClearField("metadata")  # the row type comes once, in the stream's first response
                 first = False
                 response.last = ended and index == len(responses) - 1
-                response.resume_token = f"{_rfc3339(self.cursor)}|{_rfc3339(end)}|{index}".encode()
+                response.resume_token = self.TOKEN_PREFIX + f"{_rfc3339(self.cursor)}|{_rfc3339(end)}|{index}".encode()
                 yield response.SerializeToString()
             self.skip = -1
             if ended:
@@ -363,12 +367,15 @@ class LiveQuery:
 class SpannerFront:
     """A gRPC server on a free loopback port in front of the emulator at ``upstream`` (``host:port``).
 
-    ``poll_s``: how often a streaming query asks the emulator for the next settled window;
+    ``poll_s``: how often a streaming query asks the emulator for the next settled window (the
+    emulator's cost per query grows with the stream, so as often as the reader polls it directly;
+    a record then reaches the client ``settle`` to ``settle + poll_s`` after its commit, where Cloud
+    Spanner takes tens of milliseconds, and each window brings one heartbeat);
     ``settle``: how far behind now a window ends (the emulator serves a window whose end it sees as
     past in one inclusive scan; it runs on this host's clock, so a small margin suffices)."""
 
     def __init__(
-        self, upstream: str, port: int | None = None, threads: int = 256, poll_s: float = 0.1, settle: timedelta = timedelta(milliseconds=250)
+        self, upstream: str, port: int | None = None, threads: int = 256, poll_s: float = 0.5, settle: timedelta = timedelta(milliseconds=250)
     ) -> None:
         self.upstream = upstream
         self.port = port or free_loopback_port()
