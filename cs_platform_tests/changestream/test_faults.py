@@ -30,6 +30,8 @@ from cs_platform.dev.spanner_front import Fault, SpannerFront
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 
+pytestmark = pytest.mark.xdist_group("faults")  # one worker streams the module's workload once
+
 QUICK = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.05)
 WRITE_SECONDS = 4  # the workload writes for this long, from the reads' start
 READ_SECONDS = 8  # the reads stream this long on a quiet machine (longer under load: every read must be live)
@@ -138,7 +140,7 @@ def read_stream(reader: CountingReader, start: datetime, end: datetime) -> Outco
         outcome.retries += batch.retries
 
     try:
-        LocalRunner(reader, land, timedelta(seconds=READ_SECONDS + 5)).run(start, end, 500, stop_after_s=120)
+        LocalRunner(reader, land, timedelta(seconds=120)).run(start, end, 500, stop_after_s=180)
         assert {p.state for p in store.all()} == {PartitionState.FINISHED}
     except (TerminalError, TransientError) as e:
         outcome.error = e
@@ -168,7 +170,7 @@ def live(make_database, emulator) -> tuple[dict[str, Outcome], list]:
         for name, front in fronts.items():
             front.inject(*ROWS[name].faults)
         start = utc_now()
-        end = start + timedelta(seconds=READ_SECONDS * max(1.0, load_per_core()))
+        end = start + timedelta(seconds=READ_SECONDS + 2 * load_per_core())
 
         def read(name: str) -> None:
             try:

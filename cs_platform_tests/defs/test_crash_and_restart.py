@@ -32,6 +32,8 @@ from cs_platform.dev.sensor_loop import SensorLoop, evaluate_sensor
 from cs_platform.dev.workload import INITIAL_BALANCE
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.landing.store import LandingStore
+from cs_platform.pipeline import advance_lake
 from cs_platform_tests.defs.landing_oracle import ASSET, assert_no_loss, reads
 from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
 from cs_platform_tests.lake.readers import (
@@ -219,9 +221,11 @@ def test_a_paused_run_resumed_after_its_relaunch_was_ingested_moves_no_watermark
     monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "0.5")  # a first chunk at once
     workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds())
     store = bank_stream.store
-    defs = build_definitions()
-    mirrors = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
+    landing = LandingStore(str(bank_stream.landing_root))
+
+    def cut() -> None:  # what a lake run does at each cut (pipeline.advance_lake)
+        assert advance_lake(lake, landing, store, bank_stream.target, "BankStream") is not None
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
         loop.run_for(4)
         victims = {p.key: p for p in reading_partitions(bank_stream, loop)}
@@ -241,7 +245,7 @@ def test_a_paused_run_resumed_after_its_relaunch_was_ingested_moves_no_watermark
                 )
 
             loop.run_until(relaunched, timeout_s=180, drain=False)  # presumed dead, re-launched, read past the pause
-            assert materialize(mirrors, resources=defs.resources, instance=dagster_instance).success  # ingested
+            cut()  # the snapshot, then a cut that ingests the re-launches' files
             fenced = {key: store.get_by_key(key) for key in victims}
             for process in processes.values():
                 os.kill(process.pid, signal.SIGCONT)
@@ -267,7 +271,7 @@ def test_a_paused_run_resumed_after_its_relaunch_was_ingested_moves_no_watermark
     writer.join()
     late_rows = sum(m["rows"] for m in markers.values())
     assert late_rows > 0, "no paused run held rows: the writer was idle?"
-    assert materialize(mirrors, resources=defs.resources, instance=dagster_instance).success
+    cut()
     cuts = lake.cuts()
     assert cuts[-1] >= workload.committed[-1].commit_timestamp
     mods, repeated = changelog_mods(lake, cuts[-1])
