@@ -30,7 +30,9 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
     for name, value in {
         "CS_PLATFORM_LANDING_INTERVAL_SECONDS": "1",  # a run lands as it reads
         "CS_PLATFORM_MAX_PARALLEL_READS": "2",
-        "CS_PLATFORM_YIELD_AFTER_SECONDS": "1",
+        # A run reads for 3 s before it yields its slot, so it lands (every second) more than once
+        # first: streamed through the front, its first landing can come a second after its start.
+        "CS_PLATFORM_YIELD_AFTER_SECONDS": "3",
     }.items():
         bank_stream.monkeypatch.setenv(name, value)
     workload = BankWorkload(bank_stream.bank)
