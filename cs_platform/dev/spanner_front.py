@@ -1,6 +1,6 @@
 """A Cloud Spanner front for the emulator: a gRPC server on loopback that forwards every call to the
-emulator and, as configured, fails change stream queries and metadata commits the way Cloud
-Spanner does.
+emulator, streams change stream queries the way Cloud Spanner does, and, as configured, fails them
+and metadata commits the way Cloud Spanner does.
 
 **Streaming.** Cloud Spanner streams a change stream query whose end timestamp is still ahead:
 records as they commit, heartbeats while there are none, the query ending at its end timestamp
@@ -29,8 +29,9 @@ client's own retries, ``translate_error`` and the reader's resume all meet a rea
 - ``ABORTED`` on a read-write transaction's commit (error-codes: "retry the whole transaction");
 - stalls and slow links: responses held back, or each delayed.
 
-A fault never changes what the emulator committed or returns: it ends or delays a call, and every
-response that reaches the client is one the emulator sent, unchanged. ``python -m
+Nothing the front does changes what the emulator committed or returns: a fault ends or delays a
+call, and every row that reaches the client is one the emulator sent, unchanged (a streamed query's
+responses are re-framed only: the front's resume tokens, the row type once, ``last`` at the end). ``python -m
 cs_platform.dev.spanner_front --help`` runs one in front of a running emulator.
 
 Python API::
@@ -77,6 +78,7 @@ MESSAGES = {
     grpc.StatusCode.NOT_FOUND: "Session not found: {session}",
     grpc.StatusCode.ABORTED: "Transaction was aborted.",
 }
+# RESOURCE_EXHAUSTED for a result the server cannot hold in memory (the emulator caps one at 128 MB).
 OUT_OF_MEMORY = "Out of memory: the query's result is too large. Reduce the query's time range."
 
 
