@@ -52,13 +52,15 @@ import threading
 import time
 from concurrent import futures
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Callable, Iterator
 
 import grpc
 from google.cloud.spanner_v1.types import CommitRequest, ExecuteSqlRequest, PartialResultSet
 from google.protobuf import struct_pb2
 
+from cs_platform.changestream.metadata import ONE_MICROSECOND, utc_now
+from cs_platform.changestream.values import format_timestamp, parse_timestamp
 from cs_platform.dev.emulator import free_loopback_port
 
 log = logging.getLogger(__name__)
@@ -81,8 +83,6 @@ MESSAGES = {
 # RESOURCE_EXHAUSTED for a result the server cannot hold in memory (the emulator caps one at 128 MB).
 OUT_OF_MEMORY = "Out of memory: the query's result is too large. Reduce the query's time range."
 
-
-ONE_MICROSECOND = timedelta(microseconds=1)
 # The arguments of a change stream query: named (GoogleSQL ``start_timestamp => @p``) or by position
 # (GoogleSQL ``READ_S(@a, @b, @c, @d)``, PostgreSQL ``spanner.read_json_s($1, $2, $3, $4, …)``).
 _NAMED = {name: re.compile(rf"{name}\s*=>\s*@(\w+)", re.IGNORECASE) for name in ("start_timestamp", "end_timestamp", "partition_token")}
@@ -112,11 +112,7 @@ class StreamArguments:
 def _timestamp(value: struct_pb2.Value) -> datetime | None:
     if value.HasField("null_value") or not value.string_value:
         return None
-    return datetime.fromisoformat(value.string_value.replace("Z", "+00:00"))
-
-
-def _rfc3339(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return parse_timestamp(value.string_value)
 
 
 def _merge(head: struct_pb2.Value, tail: struct_pb2.Value) -> struct_pb2.Value:
@@ -276,7 +272,7 @@ class _Forwarder(grpc.GenericRpcHandler):
         params = request.params.fields
         end = _timestamp(params[arguments.end])
         token = params[arguments.token]
-        if token.HasField("null_value") or end is None or end <= datetime.now(timezone.utc) - self.settle:
+        if token.HasField("null_value") or end is None or end <= utc_now() - self.settle:
             return None
         return LiveQuery(request, arguments, self.settle, self.poll_s)
 
@@ -324,7 +320,7 @@ class LiveQuery:
         self.window_end: datetime | None = None
         if request.resume_token:
             start, end, index = request.resume_token.removeprefix(self.TOKEN_PREFIX).decode().split("|")
-            self.cursor, self.window_end, self.skip = datetime.fromisoformat(start), datetime.fromisoformat(end), int(index)
+            self.cursor, self.window_end, self.skip = parse_timestamp(start), parse_timestamp(end), int(index)
         self._call = None
 
     def cancel(self) -> None:
@@ -335,14 +331,14 @@ class LiveQuery:
         window = type(self.request)()
         window.CopyFrom(self.request)
         window.ClearField("resume_token")
-        window.params.fields[self.arguments.start].string_value = _rfc3339(start)
-        window.params.fields[self.arguments.end].string_value = _rfc3339(end)
+        window.params.fields[self.arguments.start].string_value = format_timestamp(start)
+        window.params.fields[self.arguments.end].string_value = format_timestamp(end)
         return window.SerializeToString()
 
     def stream(self, upstream: Callable, context: grpc.ServicerContext) -> Iterator[bytes]:
         first = not self.request.resume_token
         while context.is_active():
-            end = self.window_end or min(self.end, datetime.now(timezone.utc) - self.settle)
+            end = self.window_end or min(self.end, utc_now() - self.settle)
             self.window_end = None
             if end < self.cursor:
                 time.sleep(self.poll_s)
@@ -357,7 +353,7 @@ class LiveQuery:
                     response.ClearField("metadata")  # the row type comes once, in the stream's first response
                 first = False
                 response.last = ended and index == len(responses) - 1
-                response.resume_token = self.TOKEN_PREFIX + f"{_rfc3339(self.cursor)}|{_rfc3339(end)}|{index}".encode()
+                response.resume_token = self.TOKEN_PREFIX + f"{format_timestamp(self.cursor)}|{format_timestamp(end)}|{index}".encode()
                 yield response.SerializeToString()
             self.skip = -1
             if ended:
