@@ -9,8 +9,9 @@ watermark was persisted, as the next chunk, read, is about to land), writes MARK
 killed; or, for ``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
 (the run checks whether it was given up before landing) and writes MARKER.late if it lands at all;
 or, for ``paused``, stops itself with SIGSTOP between that check and the landing of its first chunk
-with rows (or the partition's last, or any 20 s after its first), writing MARKER first; resumed
-(SIGCONT), it lands the chunk, writes MARKER.late, and goes on to persist its watermark.
+with rows, writing MARKER first; resumed (SIGCONT), it lands the chunk, writes MARKER.late, and goes
+on to persist its watermark. A ``paused`` run whose partition gets no rows before it ends or yields
+never pauses: it ends as any run does, and writes no MARKER.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
 ``python -m cs_platform_tests.defs.processes lake CUTS MARKER [mirror|history]``: a lake run as the
@@ -92,7 +93,7 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
         # after a while): a first chunk of heartbeats alone says nothing about a landed file.
         if point == "between_chunks" and "watermark" in last and (last["landed"] is not None or patience_over):
             stop_dead(last["landed"], watermark=last["watermark"])
-        if point == "paused" and "paused" not in last and (batch.records or batch.finished or patience_over):
+        if point == "paused" and "paused" not in last and batch.records:
             last["paused"] = {"pid": os.getpid(), "rows": batch.mod_count, "watermark": batch.watermark.isoformat()}
             marker.write_text(json.dumps(last["paused"]))
             os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, until the test sends SIGCONT
