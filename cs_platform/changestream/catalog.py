@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.errors import UnknownChangeStreamError, UnsupportedColumnTypeError
+from cs_platform.changestream.query import PartitionMode
 from cs_platform.changestream.records import ColumnType
 
 
@@ -147,14 +148,30 @@ def version_retention(database: Database, timeout_s: float = 30.0) -> timedelta:
     return _duration(str(options.get("version_retention_period") or "1h"), DEFAULT_RETENTION)
 
 
-def change_stream_retention(database: Database, stream: str, timeout_s: float = 30.0) -> timedelta:
-    """How long the stream keeps its records (its ``retention_period``; 1 day unless set)."""
+def _stream_options(database: Database, stream: str, timeout_s: float) -> dict[str, object]:
     with database.snapshot() as snap:
-        options = {
+        return {
             r["option_name"].lower(): r["option_value"]
             for r in _rows(snap, "change_stream_options", timeout_s)
             if r["change_stream_name"] == stream
         }
+
+
+def partition_mode(database: Database, stream: str, timeout_s: float = 30.0) -> PartitionMode:
+    """How the stream's partitions behave (its ``partition_mode``; IMMUTABLE_KEY_RANGE unless set)."""
+    value = str(_stream_options(database, stream, timeout_s).get("partition_mode") or PartitionMode.IMMUTABLE_KEY_RANGE.value)
+    try:
+        return PartitionMode(value.strip().upper())
+    except ValueError as e:
+        raise UnknownChangeStreamError(
+            f"change stream {stream!r} has partition_mode {value!r}, which cs_platform does not know "
+            f"(it reads {', '.join(m.value for m in PartitionMode)}): upgrade cs_platform"
+        ) from e
+
+
+def change_stream_retention(database: Database, stream: str, timeout_s: float = 30.0) -> timedelta:
+    """How long the stream keeps its records (its ``retention_period``; 1 day unless set)."""
+    options = _stream_options(database, stream, timeout_s)
     # A spelling this code does not know: Spanner's minimum, so a warning comes early, never late.
     return _duration(str(options.get("retention_period") or "1d"), MIN_STREAM_RETENTION)
 

@@ -29,6 +29,17 @@ class Dialect(str, enum.Enum):
     POSTGRESQL = "POSTGRESQL"
 
 
+class PartitionMode(str, enum.Enum):
+    """How the stream's partitions behave (``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS``
+    ``partition_mode``; absent means IMMUTABLE_KEY_RANGE). IMMUTABLE_KEY_RANGE partitions end in
+    child partitions; MUTABLE_KEY_RANGE ones announce new partitions, move key ranges between live
+    ones, end with an end record, and are read as ``google.spanner.v1.ChangeStreamRecord`` messages
+    (https://cloud.google.com/spanner/docs/change-streams/details)."""
+
+    IMMUTABLE_KEY_RANGE = "IMMUTABLE_KEY_RANGE"
+    MUTABLE_KEY_RANGE = "MUTABLE_KEY_RANGE"
+
+
 class RpcPriority(str, enum.Enum):
     """The priority of the change stream and metadata requests: a busy database can serve CDC
     reads after its own traffic (LOW); HIGH, like Beam's connector, by default."""
@@ -82,22 +93,30 @@ class Statement:
 
 @dataclass(frozen=True)
 class ChangeStreamQuery:
-    """Builds ``READ_<stream>`` (GoogleSQL) or ``spanner.read_json_<stream>`` (PostgreSQL) calls."""
+    """Builds ``READ_<stream>`` (GoogleSQL) or ``spanner.read_json_<stream>`` (PostgreSQL) calls;
+    a PostgreSQL MUTABLE_KEY_RANGE stream is read with ``spanner.read_proto_bytes_<stream>``."""
 
     stream_name: str
     dialect: Dialect = Dialect.GOOGLE_STANDARD_SQL
     heartbeat_millis: int = 2_000
+    partition_mode: PartitionMode = PartitionMode.IMMUTABLE_KEY_RANGE
 
     def __post_init__(self) -> None:
         validate_identifier(self.stream_name, "change stream name")
         validate_heartbeat_millis(self.heartbeat_millis)
         object.__setattr__(self, "dialect", Dialect(self.dialect))
+        object.__setattr__(self, "partition_mode", PartitionMode(self.partition_mode))
+
+    @property
+    def mutable(self) -> bool:
+        return self.partition_mode is PartitionMode.MUTABLE_KEY_RANGE
 
     def statement(self, start: datetime, end: datetime | None, token: str | None) -> Statement:
         if end is not None and end < start:
             raise InvalidArgumentError(f"end timestamp {end} is before start timestamp {start}")
         if self.dialect is Dialect.POSTGRESQL:
-            sql = f"SELECT * FROM spanner.read_json_{self.stream_name}($1, $2, $3, $4, null)"
+            function = "read_proto_bytes_" if self.mutable else "read_json_"
+            sql = f"SELECT * FROM spanner.{function}{self.stream_name}($1, $2, $3, $4, null)"
             names = ("p1", "p2", "p3", "p4")
         else:
             sql = (

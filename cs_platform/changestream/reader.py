@@ -14,7 +14,11 @@ the query completes. W is never inside a transaction: a transaction's records in
 one commit timestamp, and W only passes a timestamp once a later record, a heartbeat or the end
 proves that timestamp complete.
 
-Children are recorded in the metadata table as soon as their record arrives, but the partition is
+Both partition modes are read (docs/reader.md, "Both partition modes"): an IMMUTABLE_KEY_RANGE
+partition ends at its child partitions record; a MUTABLE_KEY_RANGE one announces new partitions with
+start records as it goes on, and ends at its end record.
+
+New partitions are recorded in the metadata table as soon as their record arrives, but the partition is
 not marked FINISHED here: the caller lands the batch first, then calls
 ``PartitionMetadataStore.record_progress(token, batch.watermark, batch.finished)``.
 """
@@ -44,6 +48,7 @@ from cs_platform.changestream.errors import (
     UnknownChangeStreamError,
 )
 from cs_platform.changestream.mapper import GoogleSqlRowMapper, PostgresRowMapper
+from cs_platform.changestream.proto_mapper import ProtoRowMapper, is_proto_row_type
 from cs_platform.changestream.metadata import (
     ONE_MICROSECOND,
     PartitionMetadata,
@@ -57,6 +62,9 @@ from cs_platform.changestream.records import (
     ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
+    PartitionEndRecord,
+    PartitionEventRecord,
+    PartitionStartRecord,
 )
 from cs_platform.changestream.tail import STREAMING, LiveTail
 
@@ -65,6 +73,10 @@ log = logging.getLogger(__name__)
 # A query that returns this much earlier than its end timestamp without children ended early.
 # Covers clock skew between this host and Spanner (the emulator runs ~70 ms ahead).
 CLOCK_SKEW_ALLOWANCE = timedelta(seconds=2)
+# How far ahead of now a query may end: a MUTABLE_KEY_RANGE stream refuses an end timestamp more
+# than 30 minutes ahead (https://cloud.google.com/spanner/docs/change-streams/details); a longer read
+# sends the next query when one ends. Less than 30, for the clock skew between this host and Spanner.
+MAX_QUERY_AHEAD = timedelta(minutes=25)
 # A window whose result the server could not hold is halved, down to this.
 MIN_WINDOW = timedelta(milliseconds=100)
 # A run lands its read in chunks of about this many mods (CS_PLATFORM_LANDING_CHUNK_MODS), and at
@@ -126,8 +138,8 @@ class _Progress:
     chunk_start: datetime  # where the records not yet handed out begin
     records: list[DataChangeRecord] = field(default_factory=list)
     mods: int = 0  # mods in ``records``
-    children: dict[str, ChildPartition] = field(default_factory=dict)
-    child_start: datetime | None = None
+    children: dict[str, ChildPartition] = field(default_factory=dict)  # partitions this one announced
+    end: datetime | None = None  # the partition's last timestamp, once a record said it ends
     heartbeats: int = 0
     retries: int = 0
     first_response_s: float | None = None
@@ -296,7 +308,7 @@ class PartitionReader:
         chunk = functools.partial(self._chunk, partition, query_end, progress, read_started_at)
         span: timedelta | None = None  # set once a window's result was too large for the server
         while True:
-            window_end = self.tail.window_end(utc_now(), query_end)
+            window_end = min(self.tail.window_end(utc_now(), query_end), utc_now() + MAX_QUERY_AHEAD)
             if span is not None:
                 window_end = min(window_end, max(query_start, progress.watermark + ONE_MICROSECOND) + span)
             if window_end >= max(query_start, progress.watermark + ONE_MICROSECOND):
@@ -314,7 +326,7 @@ class PartitionReader:
                 break
             time.sleep(self.tail.pause_s(utc_now(), query_end))
 
-        finished = bool(progress.children) or (
+        finished = progress.end is not None or (
             partition.end_timestamp is not None and progress.watermark >= partition.end_timestamp
         )
         yield chunk(finished)
@@ -397,9 +409,8 @@ class PartitionReader:
 
     def _window_done(self, partition: PartitionMetadata, progress: _Progress, window_end: datetime) -> bool:
         """A query up to ``window_end`` completed: advance the watermark; True if the partition ended."""
-        if progress.children:
-            # Every record of this partition precedes its children's start.
-            progress.watermark = max(progress.watermark, progress.child_start - ONE_MICROSECOND)
+        if progress.end is not None:
+            progress.watermark = max(progress.watermark, progress.end)
             return True
         if utc_now() + CLOCK_SKEW_ALLOWANCE < window_end:
             raise PartitionEndedWithoutChildrenError(
@@ -420,11 +431,40 @@ class PartitionReader:
             progress.heartbeats += 1
             progress.watermark = max(progress.watermark, record.timestamp)
         elif isinstance(record, ChildPartitionsRecord):
-            if progress.record_children:
-                self.metadata.add_children(record, partition.end_timestamp, partition.heartbeat_millis)
-            for child in record.child_partitions:
-                progress.children[child.token] = child
-            progress.child_start = record.start_timestamp
+            self._announce(partition, record, progress)
+            progress.end = record.start_timestamp - ONE_MICROSECOND  # every record of it precedes its children's start
+        elif isinstance(record, PartitionStartRecord):
+            # MUTABLE_KEY_RANGE: new partitions, read at once (no parent to wait for: the lake's cut
+            # waits for every live partition); the initial query's announce the stream's first ones.
+            parents = (partition.token,) if partition.is_initial else ()
+            children = tuple(ChildPartition(token, parents) for token in record.partition_tokens)
+            self._announce(partition, ChildPartitionsRecord(partition.token, record.start_timestamp, record.record_sequence, children), progress)
+            progress.watermark = max(progress.watermark, record.start_timestamp - ONE_MICROSECOND)
+            if partition.is_initial:
+                progress.end = record.start_timestamp - ONE_MICROSECOND
+        elif isinstance(record, PartitionEndRecord):
+            progress.end = record.end_timestamp  # the partition's last record: nothing of it comes later
+            progress.watermark = max(progress.watermark, record.end_timestamp)
+        elif isinstance(record, PartitionEventRecord):
+            progress.watermark = max(progress.watermark, record.commit_timestamp - ONE_MICROSECOND)
+            log.info(
+                "[%s] key ranges moved at %s: in from %d partition(s), out to %d",
+                partition.key, record.commit_timestamp.isoformat(), len(record.moved_in_from), len(record.moved_out_to),
+            )
+
+    def _announce(self, partition: PartitionMetadata, record: ChildPartitionsRecord, progress: _Progress) -> None:
+        """Record announced partitions as CREATED (once: several partitions may announce one)."""
+        if progress.record_children:
+            self.metadata.add_children(record, partition.end_timestamp, partition.heartbeat_millis)
+        for child in record.child_partitions:
+            progress.children[child.token] = child
+
+    def _mapper(self, partition: PartitionMetadata, fields):
+        """The mapper for a query's row type: a GoogleSQL MUTABLE_KEY_RANGE stream says so in it
+        (a PROTO column); a PostgreSQL one is read through the function its mode names."""
+        if self.query.dialect is Dialect.POSTGRESQL:
+            return ProtoRowMapper(partition.token) if self.query.mutable else PostgresRowMapper(partition.token)
+        return ProtoRowMapper(partition.token) if is_proto_row_type(fields) else GoogleSqlRowMapper(partition.token, fields)
 
     def _records(self, partition: PartitionMetadata, start: datetime, end: datetime) -> Iterator[ChangeRecord]:
         """Run one query and yield its records; Spanner errors come out as named errors."""
@@ -439,18 +479,13 @@ class PartitionReader:
                     lazy_decode=True,
                     request_options=self.options,
                 )
-                if self.query.dialect is Dialect.POSTGRESQL:
-                    mapper = PostgresRowMapper(partition.token)
-                    for row in results:
-                        yield from mapper.map_row(row)
-                else:
-                    rows = iter(results)
-                    first = next(rows, None)
-                    if first is None:
-                        return
-                    mapper = GoogleSqlRowMapper(partition.token, results.fields)
-                    yield from mapper.map_row(first)
-                    for row in rows:
-                        yield from mapper.map_row(row)
+                rows = iter(results)
+                first = next(rows, None)
+                if first is None:
+                    return
+                mapper = self._mapper(partition, results.fields)
+                yield from mapper.map_row(first)
+                for row in rows:
+                    yield from mapper.map_row(row)
         except gexc.GoogleAPICallError as e:
             raise translate_error(e, self.query.stream_name, partition.key, start) from e

@@ -115,4 +115,44 @@ class ChildPartitionsRecord:
     child_partitions: tuple[ChildPartition, ...]
 
 
-ChangeRecord = Union[DataChangeRecord, HeartbeatRecord, ChildPartitionsRecord]
+# MUTABLE_KEY_RANGE streams (google.spanner.v1.ChangeStreamRecord, googleapis
+# google/spanner/v1/change_stream.proto): partitions are announced by any live partition, end with
+# an end record, and key ranges move between live partitions.
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStartRecord:
+    """Partitions to query from ``start_timestamp`` on. Any partition may announce them, several may
+    announce the same token, and the announcing partition goes on unless it is the initial query."""
+
+    partition_token: str
+    start_timestamp: datetime
+    record_sequence: str
+    partition_tokens: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEndRecord:
+    """The partition's last record: every change it holds has a timestamp <= ``end_timestamp``."""
+
+    partition_token: str
+    end_timestamp: datetime
+    record_sequence: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionEventRecord:
+    """Key ranges moved into this partition from ``moved_in_from`` and out of it to ``moved_out_to``
+    at ``commit_timestamp``. It orders one key's changes across partitions; the lake orders every
+    change by its commit timestamp at a cut every live partition has passed, so it needs no wait."""
+
+    partition_token: str
+    commit_timestamp: datetime
+    record_sequence: str
+    moved_in_from: tuple[str, ...]
+    moved_out_to: tuple[str, ...]
+
+
+ChangeRecord = Union[
+    DataChangeRecord, HeartbeatRecord, ChildPartitionsRecord, PartitionStartRecord, PartitionEndRecord, PartitionEventRecord
+]

@@ -14,7 +14,7 @@ from dagster import ConfigurableResource, EnvVar
 from google.cloud.spanner_v1.database import Database
 from pydantic import PrivateAttr
 
-from cs_platform.changestream.catalog import change_stream_retention, require_change_stream
+from cs_platform.changestream.catalog import change_stream_retention, partition_mode, require_change_stream
 from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.metadata import PartitionMetadataStore
@@ -166,7 +166,8 @@ class ChangeStreamResource(ConfigurableResource):
 
     def reader(self) -> PartitionReader:
         source = self.source_database()
-        query = ChangeStreamQuery(self.stream_name, database_dialect(source), self.heartbeat_millis)
+        mode = partition_mode(source, self.stream_name, self.spanner.timeout_seconds)
+        query = ChangeStreamQuery(self.stream_name, database_dialect(source), self.heartbeat_millis, mode)
         return PartitionReader(
             source, query, self.metadata_store(), tail=self.spanner.target().live_tail, priority=RpcPriority(self.rpc_priority)
         )

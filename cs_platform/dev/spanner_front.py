@@ -62,6 +62,7 @@ from google.protobuf import struct_pb2
 from cs_platform.changestream.metadata import ONE_MICROSECOND, utc_now
 from cs_platform.changestream.values import format_timestamp, parse_timestamp
 from cs_platform.dev.emulator import free_loopback_port
+from cs_platform.dev.mutable_key_range import END_REQUIRED, END_TOO_FAR, MAX_END_AHEAD, MutableStreams, is_options_query, with_options_rows
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,10 @@ def has_child_partitions(responses: list) -> bool:
     return False
 
 
+def _is_postgres(sql: str) -> bool:
+    return "spanner.read_" in sql.lower()
+
+
 def is_change_stream_query(sql: str) -> bool:
     """A change stream query: GoogleSQL ``READ_<stream>(...)`` or PostgreSQL ``spanner.read_json_<stream>(...)``
     / ``spanner.read_proto_bytes_<stream>(...)``."""
@@ -216,9 +221,10 @@ def _status_message(fault: Fault, session: str) -> str:
 class _Forwarder(grpc.GenericRpcHandler):
     """Forwards every method to the upstream channel as bytes, with the caller's metadata and deadline."""
 
-    def __init__(self, channel: grpc.Channel, faults: _Faults, settle: timedelta, poll_s: float) -> None:
+    def __init__(self, channel: grpc.Channel, faults: _Faults, mutable: MutableStreams, settle: timedelta, poll_s: float) -> None:
         self.channel = channel
         self.faults = faults
+        self.mutable = mutable
         self.settle = settle
         self.poll_s = poll_s
 
@@ -250,31 +256,68 @@ class _Forwarder(grpc.GenericRpcHandler):
         session = None  # set for a change stream query: the only streaming call faults apply to
         if method == SPANNER + "ExecuteStreamingSql":
             parsed = ExecuteSqlRequest.pb().FromString(request)
+            if is_options_query(parsed.sql) and self.mutable.options_rows(parsed.session):
+                responses = [PartialResultSet.pb().FromString(r) for r in upstream(request, **self._call_options(context))]
+                yield from (r.SerializeToString() for r in with_options_rows(responses, self.mutable.options_rows(parsed.session)))
+                return
             if is_change_stream_query(parsed.sql):
                 session = parsed.session
-                live = self._live(parsed)
+                mutable = self.mutable.presents(session, parsed.sql)
+                if mutable:
+                    self._refuse_unbounded(parsed, context)
+                    parsed.sql = re.sub("read_proto_bytes_", "read_json_", parsed.sql, flags=re.IGNORECASE)  # the emulator's name
+                    request = parsed.SerializeToString()
+                live = self._live(parsed, self.mutable if mutable else None)
                 if live is not None:
                     with self.faults.lock:
                         self.faults.live_queries += 1
                     yield from self._faulty(live.stream(upstream, context), session, live, context)
                     return
+                if mutable:
+                    responses = upstream(request, **self._call_options(context))
+                    yield from self._faulty(self._presented(responses, parsed), session, responses, context)
+                    return
         responses = upstream(request, **self._call_options(context))
         yield from self._faulty(responses, session, responses, context)
 
-    def _live(self, request) -> "LiveQuery | None":
+    @staticmethod
+    def _refuse_unbounded(request, context: grpc.ServicerContext) -> None:
+        """A MUTABLE_KEY_RANGE query must end, and at most 30 minutes ahead."""
+        arguments = StreamArguments.of(request.sql)
+        if arguments is None:
+            return
+        end = _timestamp(request.params.fields[arguments.end]) if arguments.end in request.params.fields else None
+        if end is None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, END_REQUIRED)
+        if end > utc_now() + MAX_END_AHEAD:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, END_TOO_FAR)
+
+    def _presented(self, call, request) -> Iterator[bytes]:
+        """A forwarded query's whole answer as one MUTABLE_KEY_RANGE response."""
+        responses = [PartialResultSet.pb().FromString(r) for r in call]
+        arguments = StreamArguments.of(request.sql)
+        params = request.params.fields
+        token = params[arguments.token]
+        metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
+        yield self.mutable.present(
+            metadata, _rows(responses), None if token.HasField("null_value") else token.string_value,
+            _timestamp(params[arguments.start]), _is_postgres(request.sql), with_metadata=True,
+        ).SerializeToString()
+
+    def _live(self, request, mutable: MutableStreams | None) -> "LiveQuery | None":
         """A streaming change stream query to serve from settled windows, or None to forward as it is
         (an end already settled, or the initial query, which only names the first partitions)."""
         arguments = StreamArguments.of(request.sql)
         if arguments is None:
             return None
         if request.resume_token.startswith(LiveQuery.TOKEN_PREFIX):  # resuming a stream the front served
-            return LiveQuery(request, arguments, self.settle, self.poll_s)
+            return LiveQuery(request, arguments, self.settle, self.poll_s, mutable)
         params = request.params.fields
         end = _timestamp(params[arguments.end])
         token = params[arguments.token]
         if token.HasField("null_value") or end is None or end <= utc_now() - self.settle:
             return None
-        return LiveQuery(request, arguments, self.settle, self.poll_s)
+        return LiveQuery(request, arguments, self.settle, self.poll_s, mutable)
 
     def _faulty(self, responses: Iterator[bytes], session: str | None, call, context: grpc.ServicerContext) -> Iterator[bytes]:
         """Pass ``responses`` on, failing or delaying them as a due fault says (change stream queries only)."""
@@ -308,9 +351,10 @@ class LiveQuery:
 
     TOKEN_PREFIX = b"front|"
 
-    def __init__(self, request, arguments: StreamArguments, settle: timedelta, poll_s: float) -> None:
+    def __init__(self, request, arguments: StreamArguments, settle: timedelta, poll_s: float, mutable: MutableStreams | None = None) -> None:
         self.request = request
         self.arguments = arguments
+        self.mutable = mutable
         self.settle = settle
         self.poll_s = poll_s
         params = request.params.fields
@@ -346,6 +390,10 @@ class LiveQuery:
             self._call = upstream(self._window(self.cursor, end), metadata=context.invocation_metadata())
             responses = [PartialResultSet.pb().FromString(r) for r in self._call]
             ended = has_child_partitions(responses) or end >= self.end
+            if self.mutable is not None:  # one response of ChangeStreamRecord rows (mutable_key_range.py)
+                metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
+                token = self.request.params.fields[self.arguments.token].string_value
+                responses = [self.mutable.present(metadata, _rows(responses), token, self.cursor, _is_postgres(self.request.sql), with_metadata=True)]
             for index, response in enumerate(responses):
                 if index <= self.skip:
                     continue
@@ -378,10 +426,11 @@ class SpannerFront:
         self.upstream = upstream
         self.port = port or free_loopback_port()
         self._faults = _Faults()
+        self._mutable = MutableStreams()
         self._channel = grpc.insecure_channel(upstream, options=[("grpc.max_receive_message_length", 100 * 2**20)])
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spanner-front"),
-            handlers=[_Forwarder(self._channel, self._faults, settle, poll_s)],
+            handlers=[_Forwarder(self._channel, self._faults, self._mutable, settle, poll_s)],
             options=[("grpc.max_send_message_length", 100 * 2**20), ("grpc.max_receive_message_length", 100 * 2**20)],
         )
         self._server.add_insecure_port(f"127.0.0.1:{self.port}")
@@ -395,6 +444,11 @@ class SpannerFront:
         """Queue faults; each fires on the next call it applies to, in the order given."""
         with self._faults.lock:
             self._faults.pending.extend(faults)
+
+    def present_mutable(self, database: str, stream: str) -> None:
+        """Present ``stream`` of database ``database`` (its id) as a MUTABLE_KEY_RANGE stream, as
+        Cloud Spanner serves one created with that partition_mode (``mutable_key_range.py``)."""
+        self._mutable.add(database, stream)
 
     @property
     def injected(self) -> list[Fault]:
