@@ -18,7 +18,11 @@ window: it holds lake runs up while it runs (``bench/lake_cost.py`` prices it).
   emulator's two to three live partitions: reads must rotate (``CS_PLATFORM_YIELD_AFTER_SECONDS``);
 - **relaunching**: the defaults with lake runs of 60 s, so the window holds a few hand-overs from one
   lake run to the next (the sensor's tick, a process and a Spark driver starting): what a commit
-  waits when it falls into one, which the default lake run length makes rare.
+  waits when it falls into one, which the default lake run length makes rare;
+- **mutable**: the defaults on Cloud Spanner's path: reads stream through the Cloud Spanner front
+  (``dev/spanner_front.py``, in this process), which presents the stream as a MUTABLE_KEY_RANGE
+  one (``dev/mutable_key_range.py``): proto records, partitions announced by start records and
+  ended by end records, queries ending at most 25 minutes ahead.
 
 Every configuration also samples the stream's low watermark every second of the window
 (``lag_p50_s`` / ``lag_p95_s``: now − low watermark, what holds every cut back), the live
@@ -51,6 +55,7 @@ from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import stop_process_group
+from cs_platform.dev.spanner_front import SpannerFront
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
@@ -69,11 +74,13 @@ TUNED = {
 RUN_START_S = 6  # a reader run's start under the daemon (bench/orchestration_latency.py)
 OVERSUBSCRIBED = {"CS_PLATFORM_MAX_PARALLEL_READS": "1"}
 RELAUNCHING = {"CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS": "60"}
-CONFIGURATIONS = {
-    "default": ({}, False),
-    "tuned": (TUNED, True),
-    "oversubscribed": (OVERSUBSCRIBED, False),
-    "relaunching": (RELAUNCHING, False),
+MUTABLE = {"CS_PLATFORM_READ_MODE": "streaming"}
+CONFIGURATIONS = {  # settings, lake runs on Spark Connect, the stream read through the front as MUTABLE_KEY_RANGE
+    "default": ({}, False, False),
+    "tuned": (TUNED, True, False),
+    "oversubscribed": (OVERSUBSCRIBED, False, False),
+    "relaunching": (RELAUNCHING, False, False),
+    "mutable": (MUTABLE, False, True),
 }
 
 
@@ -117,11 +124,15 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def measure(name: str, settings: dict[str, str], connect: bool, window: float, rate: float, work: Path) -> dict[str, float]:
+def measure(name: str, settings: dict[str, str], connect: bool, mutable: bool, window: float, rate: float, work: Path) -> dict[str, float]:
     """Run one configuration; returns its freshness figures."""
     with contextlib.ExitStack() as stack:
         bank = stack.enter_context(embedded_bank(work / name, partition_alive_seconds=20))  # restores the environment
         os.environ.update(settings)
+        if mutable:
+            front = stack.enter_context(SpannerFront(bank.emulator.host))
+            front.present_mutable(bank.bank.database_id, STREAM)
+            os.environ["SPANNER_EMULATOR_HOST"] = front.host
         if connect:
             os.environ["CS_PLATFORM_SPARK_REMOTE"] = stack.enter_context(spark_connect_server(work / name / "spark-connect.log"))
         os.environ["CS_PLATFORM_START_TIMESTAMP"] = utc_now().isoformat()
@@ -200,12 +211,15 @@ def main() -> None:
     print(f"work directory: {work}")
     results = {}
     for name in args.only or CONFIGURATIONS:
-        settings, connect = CONFIGURATIONS[name]
-        results[name] = measure(name, settings, connect, args.window, args.writes_per_second, work)
+        settings, connect, mutable = CONFIGURATIONS[name]
+        results[name] = measure(name, settings, connect, mutable, args.window, args.writes_per_second, work)
     if "oversubscribed" in results:
         print(f"lag_p95_s_oversubscribed: {results['oversubscribed']['lag_p95']:.1f}")
         if "default" in results:
             print(f"oversubscribed_over_default_lag_p95: {results['oversubscribed']['lag_p95'] / results['default']['lag_p95']:.2f}")
+    if {"default", "mutable"} <= set(results):
+        print(f"mutable_freshness_p95_s: {results['mutable']['p95']:.1f} ({results['default']['p95']:.1f} default)")
+        print(f"mutable_over_default_p95: {results['mutable']['p95'] / results['default']['p95']:.2f}")
     if {"default", "tuned"} <= set(results):
         print(f"freshness_p50_s: {results['tuned']['p50']:.1f} tuned, {results['default']['p50']:.1f} default")
         print(f"freshness_p95_s: {results['tuned']['p95']:.1f} tuned, {results['default']['p95']:.1f} default")

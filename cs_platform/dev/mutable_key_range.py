@@ -162,12 +162,12 @@ class MutableStreams:
             return [_CSR(heartbeat_record=dict(timestamp=_timestamp(record.timestamp)))]
         assert isinstance(record, ChildPartitionsRecord)
         at, tokens = _timestamp(record.start_timestamp), [c.token for c in record.child_partitions]
+        start = _CSR(partition_start_record=dict(start_timestamp=at, record_sequence=record.record_sequence, partition_tokens=tokens))
+        if token is None:  # the initial query names the first partitions only: no key range moves
+            return [start]
         with self.lock:
             for child in record.child_partitions:
                 self.parents.setdefault(child.token, (record.start_timestamp, child.parent_tokens))
-        start = _CSR(partition_start_record=dict(start_timestamp=at, record_sequence=record.record_sequence, partition_tokens=tokens))
-        if token is None:  # the initial query names the first partitions only
-            return [start]
         return [
             start,
             _CSR(partition_event_record=dict(

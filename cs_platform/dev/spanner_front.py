@@ -264,6 +264,8 @@ class _Forwarder(grpc.GenericRpcHandler):
                 session = parsed.session
                 mutable = self.mutable.presents(session, parsed.sql)
                 if mutable:
+                    if StreamArguments.of(parsed.sql) is None:
+                        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the front reads a MUTABLE_KEY_RANGE query's arguments from bound parameters only")
                     self._refuse_unbounded(parsed, context)
                     parsed.sql = re.sub("read_proto_bytes_", "read_json_", parsed.sql, flags=re.IGNORECASE)  # the emulator's name
                     request = parsed.SerializeToString()
@@ -284,8 +286,6 @@ class _Forwarder(grpc.GenericRpcHandler):
     def _refuse_unbounded(request, context: grpc.ServicerContext) -> None:
         """A MUTABLE_KEY_RANGE query must end, and at most 30 minutes ahead."""
         arguments = StreamArguments.of(request.sql)
-        if arguments is None:
-            return
         end = _timestamp(request.params.fields[arguments.end]) if arguments.end in request.params.fields else None
         if end is None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, END_REQUIRED)

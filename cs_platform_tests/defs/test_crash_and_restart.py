@@ -24,6 +24,7 @@ import pytest
 from dagster import AssetKey, DagsterRun, DagsterRunStatus, RunsFilter, materialize
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState, utc_now
+from cs_platform.changestream.query import PartitionMode
 from cs_platform.defs.runs import live_runs_by_partition, mark_progress
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.deadline import Deadline, load_per_core, wait_until
@@ -87,8 +88,12 @@ def until_one_not_killed(loop, bank_stream, killed) -> None:
     loop.run_until(lambda: any(p.key not in killed for p in readable(bank_stream.store)), timeout_s=120, drain=False)
 
 
-@pytest.mark.parametrize("point", ["before_landing", "after_landing"])
-def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_path, point):
+# The run killed after a landing reads a MUTABLE_KEY_RANGE stream (DESIGN invariant 12): the front
+# presents it so; its partitions are announced by start records and end at end records.
+@pytest.mark.parametrize("point, mode", [("before_landing", PartitionMode.IMMUTABLE_KEY_RANGE), ("after_landing", PartitionMode.MUTABLE_KEY_RANGE)])
+def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_path, spanner_front, point, mode):
+    if mode is PartitionMode.MUTABLE_KEY_RANGE:
+        spanner_front.present_mutable(bank_stream.bank.database_id, "BankStream")
     workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds())
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
         loop.run_for(8)
@@ -143,6 +148,8 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
         chains.setdefault(read.partition_key, []).append(read)
     for p in victims:
         assert any(r.query_start == persisted[p.key] + ONE_MICROSECOND for r in chains[p.key]) or persisted[p.key] < p.reads_from
+    announced = [p for p in bank_stream.store.all() if not p.parent_tokens and not p.is_initial]  # by start records, mid-stream
+    assert bool(announced) == (mode is PartitionMode.MUTABLE_KEY_RANGE), f"{len(announced)} partitions without parents"
 
 
 def test_a_run_that_lands_is_alive_however_long_it_reads_and_one_that_stops_landing_is_presumed_dead(bank_stream, dagster_instance):
