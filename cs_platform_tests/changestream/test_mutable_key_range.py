@@ -216,7 +216,7 @@ def test_a_mutable_key_range_stream_is_read_whole_through_splits_and_merges(make
     for stream in ("BankStream", "order_stream"):
         assert stream in reads, f"the read of {stream} failed (its error is above)"
         reader, landed, committed = reads[stream]
-        assert len(committed) > 50
+        assert len(committed) > 20  # a few seconds of writes, however loaded the machine
         assert len({i for *_, i in landed}) == len(landed), f"{stream}: a change landed twice"
         assert Counter(tuple(m) for *m, _ in landed) == Counter(committed), f"{stream}: lost or invented changes"
         kinds = reader.kinds
