@@ -75,10 +75,10 @@ def _value(plain) -> struct_pb2.Value:
 
 
 def _data_change(record: DataChangeRecord):
-    columns = [c.name for c in record.column_types]
+    position = {c.name: i for i, c in enumerate(record.column_types)}
 
     def values(row):
-        return [_DCR.ModValue.pb()(column_metadata_index=columns.index(name), value=_value(v)) for name, v in row.items()]
+        return [_DCR.ModValue.pb()(column_metadata_index=position[name], value=_value(v)) for name, v in row.items()]
 
     return _DCR.pb()(
         commit_timestamp=_timestamp(record.commit_timestamp),
@@ -125,9 +125,10 @@ class MutableStreams:
         with self.lock:
             return sorted(stream for db, stream in self.streams if db == database)
 
-    def present(self, metadata, rows: list, token: str | None, start: datetime, postgres: bool, with_metadata: bool) -> PartialResultSet:
+    def present(self, metadata, rows: list, token: str | None, start: datetime, postgres: bool) -> PartialResultSet:
         """The emulator's answer to one change stream query of ``token`` from ``start`` (its row
-        type and complete rows) as one response of serialized ``ChangeStreamRecord`` rows."""
+        type and complete rows) as one response of serialized ``ChangeStreamRecord`` rows, with
+        that row type (a streamed query drops it from all but its first response)."""
         records: list[ChangeRecord] = []
         if metadata is not None:
             if postgres:
@@ -148,11 +149,10 @@ class MutableStreams:
         for record in records:
             out += self._messages(record, token)
         response = PartialResultSet.pb()(values=[struct_pb2.Value(string_value=base64.b64encode(m.SerializeToString()).decode()) for m in out])
-        if with_metadata:
-            column = metadata.row_type.fields[0].name if metadata is not None and postgres else "ChangeRecord"
-            code = TypeCode.BYTES if postgres else TypeCode.PROTO
-            row_type = StructType(fields=[StructType.Field(name=column, type_=Type(code=code, proto_type_fqn="" if postgres else PROTO_TYPE))])
-            response.metadata.CopyFrom(ResultSetMetadata.pb(ResultSetMetadata(row_type=row_type)))
+        column = metadata.row_type.fields[0].name if metadata is not None and postgres else "ChangeRecord"
+        code = TypeCode.BYTES if postgres else TypeCode.PROTO
+        row_type = StructType(fields=[StructType.Field(name=column, type_=Type(code=code, proto_type_fqn="" if postgres else PROTO_TYPE))])
+        response.metadata.CopyFrom(ResultSetMetadata.pb(ResultSetMetadata(row_type=row_type)))
         return response
 
     def _messages(self, record: ChangeRecord, token: str | None) -> list:

@@ -256,20 +256,22 @@ class _Forwarder(grpc.GenericRpcHandler):
         session = None  # set for a change stream query: the only streaming call faults apply to
         if method == SPANNER + "ExecuteStreamingSql":
             parsed = ExecuteSqlRequest.pb().FromString(request)
-            if is_options_query(parsed.sql) and self.mutable.options_rows(parsed.session):
+            presented = self.mutable.options_rows(parsed.session) if is_options_query(parsed.sql) else []
+            if presented:
                 responses = [PartialResultSet.pb().FromString(r) for r in upstream(request, **self._call_options(context))]
-                yield from (r.SerializeToString() for r in with_options_rows(responses, self.mutable.options_rows(parsed.session)))
+                yield from (r.SerializeToString() for r in with_options_rows(responses, presented))
                 return
             if is_change_stream_query(parsed.sql):
                 session = parsed.session
+                arguments = StreamArguments.of(parsed.sql)
                 mutable = self.mutable.presents(session, parsed.sql)
                 if mutable:
-                    if StreamArguments.of(parsed.sql) is None:
+                    if arguments is None:
                         context.abort(grpc.StatusCode.UNIMPLEMENTED, "the front reads a MUTABLE_KEY_RANGE query's arguments from bound parameters only")
-                    self._refuse_unbounded(parsed, context)
+                    self._refuse_unbounded(parsed, arguments, context)
                     parsed.sql = re.sub("read_proto_bytes_", "read_json_", parsed.sql, flags=re.IGNORECASE)  # the emulator's name
                     request = parsed.SerializeToString()
-                live = self._live(parsed, self.mutable if mutable else None)
+                live = self._live(parsed, arguments, self.mutable if mutable else None)
                 if live is not None:
                     with self.faults.lock:
                         self.faults.live_queries += 1
@@ -277,37 +279,34 @@ class _Forwarder(grpc.GenericRpcHandler):
                     return
                 if mutable:
                     responses = upstream(request, **self._call_options(context))
-                    yield from self._faulty(self._presented(responses, parsed), session, responses, context)
+                    yield from self._faulty(self._presented(responses, parsed, arguments), session, responses, context)
                     return
         responses = upstream(request, **self._call_options(context))
         yield from self._faulty(responses, session, responses, context)
 
     @staticmethod
-    def _refuse_unbounded(request, context: grpc.ServicerContext) -> None:
+    def _refuse_unbounded(request, arguments: StreamArguments, context: grpc.ServicerContext) -> None:
         """A MUTABLE_KEY_RANGE query must end, and at most 30 minutes ahead."""
-        arguments = StreamArguments.of(request.sql)
         end = _timestamp(request.params.fields[arguments.end]) if arguments.end in request.params.fields else None
         if end is None:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, END_REQUIRED)
         if end > utc_now() + MAX_END_AHEAD:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, END_TOO_FAR)
 
-    def _presented(self, call, request) -> Iterator[bytes]:
+    def _presented(self, call, request, arguments: StreamArguments) -> Iterator[bytes]:
         """A forwarded query's whole answer as one MUTABLE_KEY_RANGE response."""
         responses = [PartialResultSet.pb().FromString(r) for r in call]
-        arguments = StreamArguments.of(request.sql)
         params = request.params.fields
         token = params[arguments.token]
         metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
         yield self.mutable.present(
             metadata, _rows(responses), None if token.HasField("null_value") else token.string_value,
-            _timestamp(params[arguments.start]), _is_postgres(request.sql), with_metadata=True,
+            _timestamp(params[arguments.start]), _is_postgres(request.sql),
         ).SerializeToString()
 
-    def _live(self, request, mutable: MutableStreams | None) -> "LiveQuery | None":
+    def _live(self, request, arguments: StreamArguments | None, mutable: MutableStreams | None) -> "LiveQuery | None":
         """A streaming change stream query to serve from settled windows, or None to forward as it is
         (an end already settled, or the initial query, which only names the first partitions)."""
-        arguments = StreamArguments.of(request.sql)
         if arguments is None:
             return None
         if request.resume_token.startswith(LiveQuery.TOKEN_PREFIX):  # resuming a stream the front served
@@ -393,7 +392,7 @@ class LiveQuery:
             if self.mutable is not None:  # one response of ChangeStreamRecord rows (mutable_key_range.py)
                 metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
                 token = self.request.params.fields[self.arguments.token].string_value
-                responses = [self.mutable.present(metadata, _rows(responses), token, self.cursor, _is_postgres(self.request.sql), with_metadata=True)]
+                responses = [self.mutable.present(metadata, _rows(responses), token, self.cursor, _is_postgres(self.request.sql))]
             for index, response in enumerate(responses):
                 if index <= self.skip:
                     continue
