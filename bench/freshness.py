@@ -22,7 +22,14 @@ window: it holds lake runs up while it runs (``bench/lake_cost.py`` prices it).
 - **mutable**: the defaults on Cloud Spanner's path: reads stream through the Cloud Spanner front
   (``dev/spanner_front.py``, in this process), which presents the stream as a MUTABLE_KEY_RANGE
   one (``dev/mutable_key_range.py``): proto records, partitions announced by start records and
-  ended by end records, queries ending at most 25 minutes ahead.
+  ended by end records, queries ending at most 25 minutes ahead;
+- **p48_r16**: a busy Cloud Spanner stream: the front re-partitions the stream into 48 partitions by
+  key range (``dev/key_ranges.py``: a move, a split or an end every 5 s, each transfer spread over
+  the partitions that own its keys), read with 16 run slots
+  (``CS_PLATFORM_MAX_PARALLEL_READS=16``), so reads rotate; prints ``lag_p95_s_p48_r16``.
+
+Every configuration prints its reader runs' peak memory (``peak_rss_mb`` of each read's
+materialization: the run process's ru_maxrss).
 
 Every configuration also samples the stream's low watermark every second of the window
 (``lag_p50_s`` / ``lag_p95_s``: now − low watermark, what holds every cut back), the live
@@ -43,10 +50,11 @@ import statistics
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from dagster import DagsterInstance, RunsFilter
+from dagster import AssetKey, DagsterInstance, RunsFilter
 
 from cs_platform import settings as cs_settings
 from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
@@ -75,12 +83,25 @@ RUN_START_S = 6  # a reader run's start under the daemon (bench/orchestration_la
 OVERSUBSCRIBED = {"CS_PLATFORM_MAX_PARALLEL_READS": "1"}
 RELAUNCHING = {"CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS": "60"}
 MUTABLE = {"CS_PLATFORM_READ_MODE": "streaming"}
-CONFIGURATIONS = {  # settings, lake runs on Spark Connect, the stream read through the front as MUTABLE_KEY_RANGE
-    "default": ({}, False, False),
-    "tuned": (TUNED, True, False),
-    "oversubscribed": (OVERSUBSCRIBED, False, False),
-    "relaunching": (RELAUNCHING, False, False),
-    "mutable": (MUTABLE, False, True),
+P48_R16 = {**MUTABLE, "CS_PLATFORM_MAX_PARALLEL_READS": "16"}
+KEY_RANGE_CHANGE_EVERY = timedelta(seconds=5)  # p48_r16: a move, a split or an end of the 48 partitions' key ranges
+
+
+@dataclass(frozen=True)
+class Configuration:
+    settings: dict[str, str]
+    connect: bool = False  # lake runs on a warm Spark Connect server
+    front: bool = False  # read through the Cloud Spanner front, presented as MUTABLE_KEY_RANGE
+    partitions: int | None = None  # ... and re-partitioned by key range into this many partitions
+
+
+CONFIGURATIONS = {
+    "default": Configuration({}),
+    "tuned": Configuration(TUNED, connect=True),
+    "oversubscribed": Configuration(OVERSUBSCRIBED),
+    "relaunching": Configuration(RELAUNCHING),
+    "mutable": Configuration(MUTABLE, front=True),
+    "p48_r16": Configuration(P48_R16, front=True, partitions=48),
 }
 
 
@@ -124,16 +145,20 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def measure(name: str, settings: dict[str, str], connect: bool, mutable: bool, window: float, rate: float, work: Path) -> dict[str, float]:
+def measure(name: str, configuration: Configuration, window: float, rate: float, work: Path) -> dict[str, float]:
     """Run one configuration; returns its freshness figures."""
     with contextlib.ExitStack() as stack:
         bank = stack.enter_context(embedded_bank(work / name, partition_alive_seconds=20))  # restores the environment
-        os.environ.update(settings)
-        if mutable:
+        os.environ.update(configuration.settings)
+        front = None
+        if configuration.front:
             front = stack.enter_context(SpannerFront(bank.emulator.host))
-            front.present_mutable(bank.bank.database_id, STREAM)
+            if configuration.partitions:
+                front.partition_by_key_range(bank.bank.database_id, STREAM, configuration.partitions, KEY_RANGE_CHANGE_EVERY)
+            else:
+                front.present_mutable(bank.bank.database_id, STREAM)
             os.environ["SPANNER_EMULATOR_HOST"] = front.host
-        if connect:
+        if configuration.connect:
             os.environ["CS_PLATFORM_SPARK_REMOTE"] = stack.enter_context(spark_connect_server(work / name / "spark-connect.log"))
         os.environ["CS_PLATFORM_START_TIMESTAMP"] = utc_now().isoformat()
         # Hourly maintenance holds lake runs up for a pass: keep it out of the measured window.
@@ -166,6 +191,9 @@ def measure(name: str, settings: dict[str, str], connect: bool, mutable: bool, w
                 window_runs = instance.get_runs_count(
                     RunsFilter(job_name="bank_stream_read_partition", created_after=begin, created_before=end)
                 )
+                reads = instance.fetch_materializations(AssetKey(["bank_stream", "landed_changes"]), limit=100_000).records
+                peak_rss = [r.asset_materialization.metadata["peak_rss_mb"].value for r in reads if "peak_rss_mb" in r.asset_materialization.metadata]
+            key_ranges = front.key_range_stats(bank.bank.database_id, STREAM) if configuration.partitions else None
         finally:
             watcher.stop.set()
             stop_process_group(dev)
@@ -182,6 +210,11 @@ def measure(name: str, settings: dict[str, str], connect: bool, mutable: bool, w
     print(f"{name}_lake_runs: {len(lake_runs)} ({len(run_seconds)} ended{lengths})")
     kb_per_run = storage / 1024 / (reader_runs + len(lake_runs))
     print(f"{name}_dagster_storage_kb_per_run: {kb_per_run:.0f} ({storage / 2**20:.1f} MB in all)")
+    if peak_rss:
+        print(f"{name}_reader_run_peak_rss_mb: {max(peak_rss):.0f} max, {statistics.median(peak_rss):.0f} median ({len(peak_rss)} runs)")
+    if key_ranges:
+        print(f"{name}_key_ranges: {key_ranges.moves} moves, {key_ranges.splits} splits, {key_ranges.ends} ends; "
+              f"{key_ranges.spread_transactions} of {key_ranges.transactions} transactions spread, at most over {key_ranges.most_partitions_in_a_transaction}")
     print(f"{name}_freshness_p50_s: {figures['p50']:.1f}")
     print(f"{name}_freshness_p95_s: {figures['p95']:.1f}")
     print(f"{name}_freshness_max_s: {figures['max']:.1f}")
@@ -211,8 +244,7 @@ def main() -> None:
     print(f"work directory: {work}")
     results = {}
     for name in args.only or CONFIGURATIONS:
-        settings, connect, mutable = CONFIGURATIONS[name]
-        results[name] = measure(name, settings, connect, mutable, args.window, args.writes_per_second, work)
+        results[name] = measure(name, CONFIGURATIONS[name], args.window, args.writes_per_second, work)
     if "oversubscribed" in results:
         print(f"lag_p95_s_oversubscribed: {results['oversubscribed']['lag_p95']:.1f}")
         if "default" in results:
@@ -220,6 +252,8 @@ def main() -> None:
     if {"default", "mutable"} <= set(results):
         print(f"mutable_freshness_p95_s: {results['mutable']['p95']:.1f} ({results['default']['p95']:.1f} default)")
         print(f"mutable_over_default_p95: {results['mutable']['p95'] / results['default']['p95']:.2f}")
+    if "p48_r16" in results:
+        print(f"lag_p95_s_p48_r16: {results['p48_r16']['lag_p95']:.1f}" + (f" ({results['default']['lag_p95']:.1f} default)" if "default" in results else ""))
     if {"default", "tuned"} <= set(results):
         print(f"freshness_p50_s: {results['tuned']['p50']:.1f} tuned, {results['default']['p50']:.1f} default")
         print(f"freshness_p95_s: {results['tuned']['p95']:.1f} tuned, {results['default']['p95']:.1f} default")

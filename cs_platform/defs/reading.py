@@ -16,6 +16,7 @@ touching the metadata row, which is what a backfill means here.
 from __future__ import annotations
 
 import dataclasses
+import resource
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -84,7 +85,9 @@ def read_and_land(
                     f"watermark {chunk.watermark.isoformat()} persisted"
                 )
                 break
-    return MaterializeResult(metadata=materialization_metadata(partition, totals, replay))
+    # The run's process at its peak (Linux: KiB): what a run slot costs, for sizing workers.
+    peak_rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    return MaterializeResult(metadata={**materialization_metadata(partition, totals, replay), "peak_rss_mb": peak_rss_mb})
 
 
 def landing_observation(

@@ -64,7 +64,7 @@ def is_options_query(sql: str) -> bool:
     return bool(_OPTIONS_QUERY.fullmatch(sql))
 
 
-def _timestamp(moment: datetime) -> timestamp_pb2.Timestamp:
+def timestamp_message(moment: datetime) -> timestamp_pb2.Timestamp:
     ts = timestamp_pb2.Timestamp()
     ts.FromDatetime(moment)
     return ts
@@ -74,14 +74,26 @@ def _value(plain) -> struct_pb2.Value:
     return json_format.ParseDict(plain, struct_pb2.Value())
 
 
-def _data_change(record: DataChangeRecord):
+def emulator_records(metadata, rows: list, token: str | None, postgres: bool) -> list[ChangeRecord]:
+    """The emulator's rows for one query of ``token`` (its row type and complete rows) as records,
+    read by the reader's own immutable mappers."""
+    if metadata is None:
+        return []
+    if postgres:
+        mapper = PostgresRowMapper(token or "")
+    else:
+        mapper = GoogleSqlRowMapper(token or "", ResultSetMetadata.wrap(metadata).row_type.fields)
+    return [record for row in rows for record in mapper.map_row([row])]
+
+
+def data_change_message(record: DataChangeRecord):
     position = {c.name: i for i, c in enumerate(record.column_types)}
 
     def values(row):
         return [_DCR.ModValue.pb()(column_metadata_index=position[name], value=_value(v)) for name, v in row.items()]
 
     return _DCR.pb()(
-        commit_timestamp=_timestamp(record.commit_timestamp),
+        commit_timestamp=timestamp_message(record.commit_timestamp),
         record_sequence=record.record_sequence,
         server_transaction_id=record.server_transaction_id,
         is_last_record_in_transaction_in_partition=record.is_last_record_in_transaction_in_partition,
@@ -129,39 +141,28 @@ class MutableStreams:
         """The emulator's answer to one change stream query of ``token`` from ``start`` (its row
         type and complete rows) as one response of serialized ``ChangeStreamRecord`` rows, with
         that row type (a streamed query drops it from all but its first response)."""
-        records: list[ChangeRecord] = []
-        if metadata is not None:
-            if postgres:
-                mapper = PostgresRowMapper(token or "")
-            else:
-                mapper = GoogleSqlRowMapper(token or "", ResultSetMetadata.wrap(metadata).row_type.fields)
-            for row in rows:
-                records += mapper.map_row([row])
+        records = emulator_records(metadata, rows, token, postgres)
         out = []
         if token is not None:
             with self.lock:
                 known = self.parents.get(token)
             if known is not None and start <= known[0]:
                 out.append(_CSR(partition_event_record=dict(
-                    commit_timestamp=_timestamp(known[0]), record_sequence="0", partition_token=token,
+                    commit_timestamp=timestamp_message(known[0]), record_sequence="0", partition_token=token,
                     move_in_events=[{"source_partition_token": p} for p in known[1]],
                 )))
         for record in records:
             out += self._messages(record, token)
-        response = PartialResultSet.pb()(values=[struct_pb2.Value(string_value=base64.b64encode(m.SerializeToString()).decode()) for m in out])
         column = metadata.row_type.fields[0].name if metadata is not None and postgres else "ChangeRecord"
-        code = TypeCode.BYTES if postgres else TypeCode.PROTO
-        row_type = StructType(fields=[StructType.Field(name=column, type_=Type(code=code, proto_type_fqn="" if postgres else PROTO_TYPE))])
-        response.metadata.CopyFrom(ResultSetMetadata.pb(ResultSetMetadata(row_type=row_type)))
-        return response
+        return response_of(out, column, postgres)
 
     def _messages(self, record: ChangeRecord, token: str | None) -> list:
         if isinstance(record, DataChangeRecord):
-            return [_CSR(data_change_record=_data_change(record))]
+            return [_CSR(data_change_record=data_change_message(record))]
         if isinstance(record, HeartbeatRecord):
-            return [_CSR(heartbeat_record=dict(timestamp=_timestamp(record.timestamp)))]
+            return [_CSR(heartbeat_record=dict(timestamp=timestamp_message(record.timestamp)))]
         assert isinstance(record, ChildPartitionsRecord)
-        at, tokens = _timestamp(record.start_timestamp), [c.token for c in record.child_partitions]
+        at, tokens = timestamp_message(record.start_timestamp), [c.token for c in record.child_partitions]
         start = _CSR(partition_start_record=dict(start_timestamp=at, record_sequence=record.record_sequence, partition_tokens=tokens))
         if token is None:  # the initial query names the first partitions only: no key range moves
             return [start]
@@ -176,6 +177,16 @@ class MutableStreams:
             )),
             _CSR(partition_end_record=dict(end_timestamp=at, record_sequence=f"{record.record_sequence}.2", partition_token=token)),
         ]
+
+
+def response_of(messages: list, column: str, postgres: bool) -> PartialResultSet:
+    """``ChangeStreamRecord`` messages as one response of a MUTABLE_KEY_RANGE query: a PROTO column
+    (GoogleSQL) or a BYTES one (PostgreSQL), each value the message's bytes, base64 as on the wire."""
+    response = PartialResultSet.pb()(values=[struct_pb2.Value(string_value=base64.b64encode(m.SerializeToString()).decode()) for m in messages])
+    code = TypeCode.BYTES if postgres else TypeCode.PROTO
+    row_type = StructType(fields=[StructType.Field(name=column, type_=Type(code=code, proto_type_fqn="" if postgres else PROTO_TYPE))])
+    response.metadata.CopyFrom(ResultSetMetadata.pb(ResultSetMetadata(row_type=row_type)))
+    return response
 
 
 def with_options_rows(responses: list, streams: list[str]) -> list:

@@ -62,7 +62,19 @@ from google.protobuf import struct_pb2
 from cs_platform.changestream.metadata import ONE_MICROSECOND, utc_now
 from cs_platform.changestream.values import format_timestamp, parse_timestamp
 from cs_platform.dev.emulator import free_loopback_port
-from cs_platform.dev.mutable_key_range import END_REQUIRED, END_TOO_FAR, MAX_END_AHEAD, MutableStreams, is_options_query, with_options_rows
+from cs_platform.dev.key_ranges import KeyRangeStats, KeyRangeStreams
+from cs_platform.dev.mutable_key_range import (
+    END_REQUIRED,
+    END_TOO_FAR,
+    MAX_END_AHEAD,
+    MutableStreams,
+    database_of,
+    emulator_records,
+    is_options_query,
+    response_of,
+    stream_of,
+    with_options_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -221,10 +233,11 @@ def _status_message(fault: Fault, session: str) -> str:
 class _Forwarder(grpc.GenericRpcHandler):
     """Forwards every method to the upstream channel as bytes, with the caller's metadata and deadline."""
 
-    def __init__(self, channel: grpc.Channel, faults: _Faults, mutable: MutableStreams, settle: timedelta, poll_s: float) -> None:
+    def __init__(self, channel: grpc.Channel, faults: _Faults, mutable: MutableStreams, key_ranges: KeyRangeStreams, settle: timedelta, poll_s: float) -> None:
         self.channel = channel
         self.faults = faults
         self.mutable = mutable
+        self.key_ranges = key_ranges
         self.settle = settle
         self.poll_s = poll_s
 
@@ -271,11 +284,16 @@ class _Forwarder(grpc.GenericRpcHandler):
                     self._refuse_unbounded(parsed, arguments, context)
                     parsed.sql = re.sub("read_proto_bytes_", "read_json_", parsed.sql, flags=re.IGNORECASE)  # the emulator's name
                     request = parsed.SerializeToString()
-                live = self._live(parsed, arguments, self.mutable if mutable else None)
+                if mutable and self.key_ranges.covers(database_of(session), stream_of(parsed.sql) or ""):
+                    with self.faults.lock:
+                        self.faults.live_queries += 1
+                    yield from self._faulty(self._key_range(upstream, parsed, arguments, context), session, None, context)
+                    return
+                live = self._live(upstream, parsed, arguments, context, self.mutable if mutable else None)
                 if live is not None:
                     with self.faults.lock:
                         self.faults.live_queries += 1
-                    yield from self._faulty(live.stream(upstream, context), session, live, context)
+                    yield from self._faulty(live.stream(context), session, None, context)
                     return
                 if mutable:
                     responses = upstream(request, **self._call_options(context))
@@ -304,19 +322,71 @@ class _Forwarder(grpc.GenericRpcHandler):
             _timestamp(params[arguments.start]), _is_postgres(request.sql),
         ).SerializeToString()
 
-    def _live(self, request, arguments: StreamArguments | None, mutable: MutableStreams | None) -> "LiveQuery | None":
+    def _live(self, upstream: Callable, request, arguments: StreamArguments | None, context, mutable: MutableStreams | None) -> "LiveQuery | None":
         """A streaming change stream query to serve from settled windows, or None to forward as it is
         (an end already settled, or the initial query, which only names the first partitions)."""
         if arguments is None:
             return None
-        if request.resume_token.startswith(LiveQuery.TOKEN_PREFIX):  # resuming a stream the front served
-            return LiveQuery(request, arguments, self.settle, self.poll_s, mutable)
         params = request.params.fields
-        end = _timestamp(params[arguments.end])
-        token = params[arguments.token]
-        if token.HasField("null_value") or end is None or end <= utc_now() - self.settle:
-            return None
-        return LiveQuery(request, arguments, self.settle, self.poll_s, mutable)
+        if not request.resume_token.startswith(LiveQuery.TOKEN_PREFIX):  # else resuming a stream the front served
+            end = _timestamp(params[arguments.end])
+            if params[arguments.token].HasField("null_value") or end is None or end <= utc_now() - self.settle:
+                return None
+        token = params[arguments.token].string_value
+        postgres = _is_postgres(request.sql)
+
+        def window(start: datetime, end: datetime) -> tuple[list, bool, datetime]:
+            responses = [PartialResultSet.pb().FromString(r) for r in upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata())]
+            ended = has_child_partitions(responses)
+            if mutable is not None:  # one response of ChangeStreamRecord rows (mutable_key_range.py)
+                metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
+                responses = [mutable.present(metadata, _rows(responses), token, start, postgres)]
+            return responses, ended, end
+
+        return LiveQuery(request, arguments, self.settle, self.poll_s, window)
+
+    def _key_range(self, upstream: Callable, request, arguments: StreamArguments, context: grpc.ServicerContext) -> Iterator[bytes]:
+        """A query of a stream the front re-partitions (key_ranges.py): the initial query names the
+        first partitions; a partition's query is served from the stream's records, built from the
+        emulator's as far as the query needs, in settled windows like any streamed query."""
+        params = request.params.fields
+        name = stream_of(request.sql) or ""
+        postgres = _is_postgres(request.sql)
+        column = f"read_proto_bytes_{name}" if postgres else "ChangeRecord"
+        key = params[arguments.token]
+
+        def fetch(token: str | None, start: datetime, end: datetime) -> list:
+            call = upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata())
+            responses = [PartialResultSet.pb().FromString(r) for r in call]
+            metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
+            return emulator_records(metadata, _rows(responses), token, postgres)
+
+        try:
+            if key.HasField("null_value"):
+                start = _timestamp(params[arguments.start])
+                stream = self.key_ranges.stream(database_of(request.session), name, start)
+                response = response_of(stream.initial(start), column, postgres)
+                response.last = True
+                yield response.SerializeToString()
+                return
+            stream = self.key_ranges.stream(database_of(request.session), name)
+        except (KeyError, ValueError) as e:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
+        if key.string_value not in stream.partitions:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid partition token: {key.string_value}")
+
+        def window(start: datetime, end: datetime) -> tuple[list, bool, datetime]:
+            with stream.lock:
+                horizon = utc_now() - self.settle
+                if stream.mark < end and stream.mark < horizon - timedelta(seconds=self.poll_s):  # one build a poll, for every partition
+                    stream.advance(horizon, fetch)
+                served = min(end, stream.mark)
+                if served < start:
+                    return [], False, served
+                messages, ended = stream.window(key.string_value, start, served)
+            return [response_of(messages, column, postgres)], ended, served
+
+        yield from LiveQuery(request, arguments, self.settle, self.poll_s, window).stream(context)
 
     def _faulty(self, responses: Iterator[bytes], session: str | None, call, context: grpc.ServicerContext) -> Iterator[bytes]:
         """Pass ``responses`` on, failing or delaying them as a due fault says (change stream queries only)."""
@@ -337,12 +407,32 @@ class _Forwarder(grpc.GenericRpcHandler):
     @staticmethod
     def _fail(fault: Fault, session: str, call, context: grpc.ServicerContext) -> None:
         log.info("front: %s", fault.describe())
-        call.cancel()
+        if call is not None:
+            call.cancel()
         context.abort(fault.code, _status_message(fault, session))
 
 
+def _window(request, arguments: StreamArguments, start: datetime, end: datetime, token: str | None) -> bytes:
+    """``request`` for partition ``token`` (None: the initial query) in the window ``[start, end]``, not resumed."""
+    window = type(request)()
+    window.CopyFrom(request)
+    window.ClearField("resume_token")
+    window.params.fields[arguments.start].string_value = format_timestamp(start)
+    window.params.fields[arguments.end].string_value = format_timestamp(end)
+    if token is None:
+        window.params.fields[arguments.token].null_value = struct_pb2.NULL_VALUE
+    else:
+        window.params.fields[arguments.token].string_value = token
+    return window.SerializeToString()
+
+
+# One settled window of a streamed query: (start, end) to its responses, whether the partition ended
+# in it, and how far it was served (at most end).
+Window = Callable[[datetime, datetime], tuple[list, bool, datetime]]
+
+
 class LiveQuery:
-    """One streaming change stream query, served as contiguous settled windows of the emulator.
+    """One streaming change stream query, served as contiguous settled windows.
 
     The front's resume token for a response is ``front|<window start>|<window end>|<index>``: a
     window already past reads the same every time, so a resumed call reads that window again and
@@ -350,10 +440,9 @@ class LiveQuery:
 
     TOKEN_PREFIX = b"front|"
 
-    def __init__(self, request, arguments: StreamArguments, settle: timedelta, poll_s: float, mutable: MutableStreams | None = None) -> None:
+    def __init__(self, request, arguments: StreamArguments, settle: timedelta, poll_s: float, window: Window) -> None:
         self.request = request
-        self.arguments = arguments
-        self.mutable = mutable
+        self.window = window
         self.settle = settle
         self.poll_s = poll_s
         params = request.params.fields
@@ -364,21 +453,8 @@ class LiveQuery:
         if request.resume_token:
             start, end, index = request.resume_token.removeprefix(self.TOKEN_PREFIX).decode().split("|")
             self.cursor, self.window_end, self.skip = parse_timestamp(start), parse_timestamp(end), int(index)
-        self._call = None
 
-    def cancel(self) -> None:
-        if self._call is not None:
-            self._call.cancel()
-
-    def _window(self, start: datetime, end: datetime) -> bytes:
-        window = type(self.request)()
-        window.CopyFrom(self.request)
-        window.ClearField("resume_token")
-        window.params.fields[self.arguments.start].string_value = format_timestamp(start)
-        window.params.fields[self.arguments.end].string_value = format_timestamp(end)
-        return window.SerializeToString()
-
-    def stream(self, upstream: Callable, context: grpc.ServicerContext) -> Iterator[bytes]:
+    def stream(self, context: grpc.ServicerContext) -> Iterator[bytes]:
         first = not self.request.resume_token
         while context.is_active():
             end = self.window_end or min(self.end, utc_now() - self.settle)
@@ -386,13 +462,11 @@ class LiveQuery:
             if end < self.cursor:
                 time.sleep(self.poll_s)
                 continue
-            self._call = upstream(self._window(self.cursor, end), metadata=context.invocation_metadata())
-            responses = [PartialResultSet.pb().FromString(r) for r in self._call]
-            ended = has_child_partitions(responses) or end >= self.end
-            if self.mutable is not None:  # one response of ChangeStreamRecord rows (mutable_key_range.py)
-                metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
-                token = self.request.params.fields[self.arguments.token].string_value
-                responses = [self.mutable.present(metadata, _rows(responses), token, self.cursor, _is_postgres(self.request.sql))]
+            responses, ended, end = self.window(self.cursor, end)
+            if end < self.cursor:  # nothing new yet
+                time.sleep(self.poll_s)
+                continue
+            ended = ended or end >= self.end
             for index, response in enumerate(responses):
                 if index <= self.skip:
                     continue
@@ -426,10 +500,11 @@ class SpannerFront:
         self.port = port or free_loopback_port()
         self._faults = _Faults()
         self._mutable = MutableStreams()
+        self._key_ranges = KeyRangeStreams()
         self._channel = grpc.insecure_channel(upstream, options=[("grpc.max_receive_message_length", 100 * 2**20)])
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spanner-front"),
-            handlers=[_Forwarder(self._channel, self._faults, self._mutable, settle, poll_s)],
+            handlers=[_Forwarder(self._channel, self._faults, self._mutable, self._key_ranges, settle, poll_s)],
             options=[("grpc.max_send_message_length", 100 * 2**20), ("grpc.max_receive_message_length", 100 * 2**20)],
         )
         self._server.add_insecure_port(f"127.0.0.1:{self.port}")
@@ -448,6 +523,18 @@ class SpannerFront:
         """Present ``stream`` of database ``database`` (its id) as a MUTABLE_KEY_RANGE stream, as
         Cloud Spanner serves one created with that partition_mode (``mutable_key_range.py``)."""
         self._mutable.add(database, stream)
+
+    def partition_by_key_range(self, database: str, stream: str, partitions: int, change_every: timedelta = timedelta(seconds=1), seed: int = 0) -> None:
+        """Present ``stream`` of database ``database`` as MUTABLE_KEY_RANGE, re-partitioned into
+        ``partitions`` partitions by key range, one change of its key ranges (a move, a split, an
+        end, in turn) every ``change_every``, and its transactions spread over the partitions that
+        own their keys (``key_ranges.py``). Its state starts at its first initial query."""
+        self._mutable.add(database, stream)
+        self._key_ranges.add(database, stream, partitions, change_every, seed)
+
+    def key_range_stats(self, database: str, stream: str) -> KeyRangeStats:
+        """What re-partitioning ``stream`` has done so far."""
+        return self._key_ranges.stream(database, stream).stats()
 
     @property
     def injected(self) -> list[Fault]:

@@ -145,11 +145,11 @@ class RecordKinds(PartitionReader):
         super()._apply(partition, record, progress)
 
 
-def _read_whole(front, database, stream: str, dialect: Dialect, make_database, write) -> tuple[RecordKinds, list, list]:
-    """Present ``stream`` as MUTABLE_KEY_RANGE, read it streaming through the front over a window
-    while ``write`` commits (returns what it committed, as (table, keys, mod type) tuples), every
-    partition to its end. Returns the reader, the landed mods and the committed ones."""
-    front.present_mutable(database.database_id, stream)
+def _read_whole(front, database, stream: str, dialect: Dialect, make_database, write) -> tuple[RecordKinds, list, list, list]:
+    """Read ``stream`` (presented by the front as MUTABLE_KEY_RANGE) streaming through the front
+    over a window while ``write`` commits (returns what it committed, as (table, keys, mod type)
+    tuples), every partition to its end. Returns the reader, the landed mods, the committed ones and
+    the landed records."""
     target = SpannerTarget(PROJECT, INSTANCE, database.database_id, front.host)
     client = target.client()
     source = target.connect(client)
@@ -160,8 +160,10 @@ def _read_whole(front, database, stream: str, dialect: Dialect, make_database, w
     store.create_table_if_missing()
     reader = RecordKinds(source, ChangeStreamQuery(stream, dialect, 500, mode), store, tail=STREAMING)
     landed: list = []
+    records: list = []
 
     def land(batch) -> None:
+        records.extend(batch.records)
         landed.extend((r.table_name, key_json(**m.keys), r.mod_type.value, i) for r in batch.records for i, m in zip(r.change_ids(), r.mods))
 
     start = utc_now()
@@ -175,11 +177,12 @@ def _read_whole(front, database, stream: str, dialect: Dialect, make_database, w
     assert {r.state for r in rows} == {PartitionState.FINISHED}
     # Announced partitions wait for no parent: only the initial query's are children of it.
     assert all(r.parent_tokens in ((), (INITIAL_PARTITION_TOKEN,)) for r in rows)
-    return reader, landed, committed
+    return reader, landed, committed, records
 
 
-def test_a_mutable_key_range_stream_is_read_whole_through_splits_and_merges(make_database, spanner_front, monkeypatch):
-    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)  # the client would prefer it to the front's address
+def _bank_and_orders(make_database) -> list[tuple]:
+    """A GoogleSQL bank and a PostgreSQL order book, each with a stream and a writer (which returns
+    what it committed as (table, keys, mod type) tuples): (database, stream, dialect, writer)."""
     bank = make_database(BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
     orders = make_database(PG_DDL, postgres=True)
     workload = BankWorkload(bank)
@@ -199,31 +202,83 @@ def test_a_mutable_key_range_stream_is_read_whole_through_splits_and_merges(make
             time.sleep(0.05)
         return done
 
-    before = spanner_front.live_queries
+    return [(bank, "BankStream", Dialect.GOOGLE_STANDARD_SQL, bank_writes), (orders, "order_stream", Dialect.POSTGRESQL, order_writes)]
+
+
+def _read_side_by_side(front, make_database, streams: list[tuple], present) -> dict:
+    """Read each of ``streams`` whole (``_read_whole``) after ``present(front, database, stream)``,
+    side by side: each waits on the emulator's partitions more than it works."""
     reads: dict = {}
 
     def read(database, stream: str, dialect: Dialect, write) -> None:
-        reads[stream] = _read_whole(spanner_front, database, stream, dialect, make_database, write)
+        present(front, database.database_id, stream)
+        reads[stream] = _read_whole(front, database, stream, dialect, make_database, write)
 
-    both = [  # side by side: each waits on the emulator's partitions more than it works
-        threading.Thread(target=read, args=(bank, "BankStream", Dialect.GOOGLE_STANDARD_SQL, bank_writes)),
-        threading.Thread(target=read, args=(orders, "order_stream", Dialect.POSTGRESQL, order_writes)),
-    ]
-    for thread in both:
+    threads = [threading.Thread(target=read, args=s) for s in streams]
+    for thread in threads:
         thread.start()
-    for thread in both:
+    for thread in threads:
         thread.join(timeout=300)
-    for stream in ("BankStream", "order_stream"):
+    for _, stream, *_ in streams:
         assert stream in reads, f"the read of {stream} failed (its error is above)"
-        reader, landed, committed = reads[stream]
+        _, landed, committed, _ = reads[stream]
         assert len(committed) > 20  # a few seconds of writes, however loaded the machine
         assert len({i for *_, i in landed}) == len(landed), f"{stream}: a change landed twice"
         assert Counter(tuple(m) for *m, _ in landed) == Counter(committed), f"{stream}: lost or invented changes"
+    return reads
+
+
+def test_a_mutable_key_range_stream_is_read_whole_through_splits_and_merges(make_database, spanner_front, monkeypatch):
+    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)  # the client would prefer it to the front's address
+    before = spanner_front.live_queries
+    streams = _bank_and_orders(make_database)
+    reads = _read_side_by_side(spanner_front, make_database, streams, lambda front, database, stream: front.present_mutable(database, stream))
+    for stream, (reader, _, committed, _) in reads.items():
         kinds = reader.kinds
         print(f"{stream}: {len(committed)} mods, records {dict(kinds)}")
         assert kinds["PartitionStartRecord"] and kinds["PartitionEndRecord"] and kinds["PartitionEventRecord"], dict(kinds)
         assert not kinds["ChildPartitionsRecord"]
     assert spanner_front.live_queries > before, "no query was streamed"
+
+
+def test_a_stream_re_partitioned_by_key_range_is_read_whole_with_spread_transactions(make_database, spanner_front, monkeypatch):
+    """Cloud Spanner's shape of a busy stream, through the front (``dev/key_ranges.py``): eight
+    partitions, key ranges moving between live ones, partitions announced and ended as the stream
+    goes, and each transaction's changes spread over the partitions that own its keys. Every
+    committed change lands once, and each transaction's records say how to assemble it whole."""
+    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+    streams = _bank_and_orders(make_database)
+
+    def present(front, database: str, stream: str) -> None:
+        front.partition_by_key_range(database, stream, partitions=8, change_every=timedelta(milliseconds=500))
+
+    reads = _read_side_by_side(spanner_front, make_database, streams, present)
+    for (database, stream, *_), (reader, _, committed, records) in zip(streams, (reads[s[1]] for s in streams)):
+        stats = spanner_front.key_range_stats(database.database_id, stream)
+        print(f"{stream}: {len(committed)} mods, records {dict(reader.kinds)}, {stats}")
+        assert stats.moves and stats.splits and stats.ends, stats
+        # The front builds as far as any query asks, which may pass the read's end.
+        assert 1 < reader.kinds["PartitionStartRecord"] <= stats.splits + 1  # the initial query's, and a split's
+        assert 0 < reader.kinds["PartitionEndRecord"] <= stats.ends
+        transactions: dict = {}
+        for record in records:
+            transactions.setdefault(record.server_transaction_id, []).append(record)
+        spread = 0
+        for records_of_one in transactions.values():
+            first = records_of_one[0]
+            partitions = {r.partition_token for r in records_of_one}
+            assert len({r.record_sequence for r in records_of_one}) == len(records_of_one) == first.number_of_records_in_transaction
+            assert len(partitions) == first.number_of_partitions_in_transaction
+            for token in partitions:  # each partition's last record of the transaction says so, and only it
+                mine = sorted((r for r in records_of_one if r.partition_token == token), key=lambda r: r.record_sequence)
+                assert [r.is_last_record_in_transaction_in_partition for r in mine] == [False] * (len(mine) - 1) + [True]
+            spread += len(partitions) > 1
+        assert 0 < spread <= stats.spread_transactions, (spread, stats)
+    owners: dict = {}  # a key's changes came from each partition that owned it when they committed
+    for record in reads["BankStream"][3]:  # every transfer updates two of the bank's ten accounts
+        for mod in record.mods:
+            owners.setdefault((record.table_name, key_json(**mod.keys)), set()).add(record.partition_token)
+    assert max(len(tokens) for tokens in owners.values()) > 1, "no account moved between partitions while it was updated"
 
 
 def test_a_mutable_key_range_query_must_end_within_30_minutes(make_database, spanner_front, monkeypatch):

@@ -8,10 +8,12 @@ manifest's log gives, exactly as Spark does (``readers.check_readers_agree``). T
 read by DuckDB at their latest version and filtered at the cut, are the mirrors at every cut, and
 their validity intervals are bounded by the writer's own commit timestamps.
 
-The stream is read as a MUTABLE_KEY_RANGE stream (DESIGN invariant 12): the Cloud Spanner front
-presents it so (``dev/mutable_key_range.py``), the runs find the mode in the options view and read
-proto records, partitions announced by start records and ending in end records, key ranges moving
-between them. The other partition mode's cuts are checked the same way by the fencing and crash
+The stream is read as Cloud Spanner serves a busy MUTABLE_KEY_RANGE stream (DESIGN invariant 12):
+the Cloud Spanner front re-partitions it into eight partitions by key range (``dev/key_ranges.py``),
+moves key ranges between live partitions while the transfers update those keys, announces and ends
+partitions, and spreads each transfer over the partitions that own its keys; the runs find the mode
+in the options view and read proto records. So every cut also proves a transaction assembled whole
+from several partitions' landings, and a key that moved applied in commit order. The other partition mode's cuts are checked the same way by the fencing and crash
 tests (``defs/test_crash_and_restart.py``) and the engines' lake (``lake/test_engines.py``).
 """
 
@@ -41,7 +43,7 @@ CUT_EVERY_S = 8
 
 
 def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_instance, spark, tmp_path, spanner_front):
-    spanner_front.present_mutable(bank_stream.bank.database_id, "BankStream")
+    spanner_front.partition_by_key_range(bank_stream.bank.database_id, "BankStream", partitions=8, change_every=timedelta(seconds=1))
     workload = BankWorkload(bank_stream.bank)
     workload.run(accounts=10, transfers=BEFORE_START)
     start = start_after(workload.committed[-1].commit_timestamp)
@@ -64,8 +66,10 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
     cuts = lake.cuts()
     partitions = bank_stream.store.all()
     announced = [p for p in partitions if not p.parent_tokens and not p.is_initial]  # by a live partition, mid-stream
-    print(f"{len(workload.committed)} transactions, {len(cuts)} cuts, {len(partitions)} partitions ({len(announced)} announced mid-stream)")
+    key_ranges = spanner_front.key_range_stats(bank_stream.bank.database_id, "BankStream")
+    print(f"{len(workload.committed)} transactions, {len(cuts)} cuts, {len(partitions)} partitions ({len(announced)} announced mid-stream), {key_ranges}")
     assert len(cuts) >= 2 and len(announced) >= 2, "no partition was announced by a start record: not read as MUTABLE_KEY_RANGE?"
+    assert key_ranges.moves and key_ranges.ends and key_ranges.spread_transactions, key_ranges
     assert all(p.parent_tokens in ((), (INITIAL_PARTITION_TOKEN,)) for p in partitions)
     assert cuts[0] == start, f"the first cut is {cuts[0]}, not the snapshot at the stream's start {start}"
     for cut in cuts:
