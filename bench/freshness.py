@@ -148,7 +148,8 @@ def percentile(values: list[float], q: float) -> float:
 def measure(name: str, configuration: Configuration, window: float, rate: float, work: Path) -> dict[str, float]:
     """Run one configuration; returns its freshness figures."""
     with contextlib.ExitStack() as stack:
-        bank = stack.enter_context(embedded_bank(work / name, partition_alive_seconds=20))  # restores the environment
+        reader_runs = cs_settings.value({**os.environ, **configuration.settings}, "CS_PLATFORM_MAX_PARALLEL_READS")
+        bank = stack.enter_context(embedded_bank(work / name, partition_alive_seconds=20, reader_runs=reader_runs))  # restores the environment
         os.environ.update(configuration.settings)
         front = None
         if configuration.front:
@@ -191,7 +192,7 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
                 window_runs = instance.get_runs_count(
                     RunsFilter(job_name="bank_stream_read_partition", created_after=begin, created_before=end)
                 )
-                reads = instance.fetch_materializations(AssetKey(["bank_stream", "landed_changes"]), limit=100_000).records
+                reads = instance.fetch_materializations(AssetKey(["bank_stream", "landed_changes"]), limit=10_000).records
                 peak_rss = [r.asset_materialization.metadata["peak_rss_mb"].value for r in reads if "peak_rss_mb" in r.asset_materialization.metadata]
             key_ranges = front.key_range_stats(bank.bank.database_id, STREAM) if configuration.partitions else None
         finally:
@@ -204,7 +205,8 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
     print(f"{name}_commits_measured: {len(lags)} (in {window:.0f} s)")
     print(f"{name}_cuts_published: {len(watcher.seen)}")
     seen = [at for at, _ in watcher.seen if begin.timestamp() <= at <= end.timestamp()]
-    print(f"{name}_longest_wait_between_cuts_s: {max(b - a for a, b in zip(seen, seen[1:])):.1f} (in the window)")
+    waits = [b - a for a, b in zip(seen, seen[1:])]
+    print(f"{name}_longest_wait_between_cuts_s: " + (f"{max(waits):.1f} (in the window)" if waits else f"n/a ({len(seen)} cut(s) in the window)"))
     print(f"{name}_reader_runs: {reader_runs}")
     lengths = f", median {statistics.median(run_seconds):.1f} s each" if run_seconds else ""
     print(f"{name}_lake_runs: {len(lake_runs)} ({len(run_seconds)} ended{lengths})")

@@ -32,7 +32,8 @@ from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions, rebuild_key
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource, change_stream_resource_key, stream_slug
-from cs_platform.defs.runs import ask_to_yield, live_runs_by_partition, seconds_since_progress
+from cs_platform.defs.runs import ask_to_yield, live_runs_by_partition, queued_runs_allowed, seconds_since_progress
+from cs_platform.settings import env_name
 
 STREAM_TAG = "cs_platform/stream"
 READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
@@ -220,6 +221,14 @@ def detect_partitions(
             context.log.info(
                 f"{plan.starved} partition(s) wait for a run slot: asked {asked} live run(s) to yield after "
                 f"{change_stream.yield_after_seconds:g}s of reading"
+            )
+        allowed = queued_runs_allowed(context.instance, READER_TAG)
+        if allowed is not None and allowed < change_stream.max_parallel_reads:
+            context.log.warning(
+                f"{env_name('max_parallel_reads')} is {change_stream.max_parallel_reads}, but this Dagster instance's run queue "
+                f"starts at most {allowed} reader runs at once (dagster.yaml run_queue: the {READER_TAG} tag limit or "
+                f"max_concurrent_runs): {plan.starved} partition(s) wait for slots it never grants. Raise the run queue's "
+                f"limits to at least {change_stream.max_parallel_reads}, or lower the setting (docs/dagster.md, Concurrency)"
             )
     low = unfinished.low_watermark
     summary = (

@@ -69,3 +69,15 @@ def ask_to_yield(instance: DagsterInstance, live: dict[str, list[RunRecord]]) ->
                 instance.add_run_tags(run.run_id, {YIELD_TAG: "true"})
                 asked += 1
     return asked
+
+
+def queued_runs_allowed(instance: DagsterInstance, tag: str) -> int | None:
+    """How many runs tagged ``tag`` the instance's run queue starts at once: the lower of its limit
+    for that tag (any value) and ``max_concurrent_runs``; None if it sets neither (or has no queue)."""
+    config = instance.get_concurrency_config().run_queue_config
+    if config is None:
+        return None
+    limits = [limit["limit"] for limit in config.tag_concurrency_limits or () if limit.get("key") == tag and "value" not in limit]
+    if config.max_concurrent_runs is not None and config.max_concurrent_runs >= 0:
+        limits.append(config.max_concurrent_runs)
+    return min(limits, default=None)

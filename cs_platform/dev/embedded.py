@@ -13,20 +13,25 @@ from typing import Iterator
 
 from google.cloud.spanner_v1.database import Database
 
+from cs_platform import settings
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.dev.emulator import SpannerEmulator
 from cs_platform.dev.workload import BANK_TABLES_DDL, bank_stream_ddl, create_database, create_instance
 
 PROJECT, INSTANCE, STREAM = "demo-project", "demo-instance", "BankStream"
 
-# At most one run per partition key (two readers of one token would race), a cap on reader runs,
-# and one lake run per stream (two cuts at once would race on the manifest).
+# At most one run per partition key (two readers of one token would race), reader runs capped at
+# the run slots the sensor fills (CS_PLATFORM_MAX_PARALLEL_READS: a lower cap would leave slots the
+# sensor counts on idle), and one lake run per stream (two cuts at once would race on the manifest).
+# Queued runs are launched one at a time (the default): each launch starts a process that imports
+# Dagster and the code location, and on two cores four launching threads starved the lake run
+# (bench/freshness.py p48_r16: 9 cuts in 6 minutes, load 14).
 DAGSTER_YAML = """\
 run_queue:
-  max_concurrent_runs: 12
+  max_concurrent_runs: {all_runs}
   tag_concurrency_limits:
     - key: cs_platform/reader
-      limit: 6
+      limit: {reader_runs}
     - key: dagster/partition
       value:
         applyLimitPerUniqueValue: true
@@ -43,6 +48,14 @@ telemetry:
 nux:
   enabled: false  # no "Join the Dagster community" dialog over the page a person (or a screenshot) opens
 """
+
+
+def instance_yaml(reader_runs: int | None = None) -> str:
+    """The instance's dagster.yaml, ``reader_runs`` reader runs at once (default: the setting
+    CS_PLATFORM_MAX_PARALLEL_READS), and beside them the stream's lake run, and room for
+    maintenance, cleanup and backfills."""
+    reader_runs = reader_runs or settings.value(os.environ, "CS_PLATFORM_MAX_PARALLEL_READS")
+    return DAGSTER_YAML.format(reader_runs=reader_runs, all_runs=reader_runs + 6)
 
 
 @dataclass(frozen=True)
@@ -70,14 +83,15 @@ class EmbeddedBank:
 
 
 @contextmanager
-def embedded_bank(workdir: Path, partition_alive_seconds: int = 3) -> Iterator[EmbeddedBank]:
+def embedded_bank(workdir: Path, partition_alive_seconds: int = 3, reader_runs: int | None = None) -> Iterator[EmbeddedBank]:
     """Start the emulator, create the bank and metadata databases, start from clean landing and
     Dagster directories under ``workdir``, and point the environment at them until exit (the
-    Spanner client itself prefers SPANNER_EMULATOR_HOST, so a stale value must not outlive it)."""
+    Spanner client itself prefers SPANNER_EMULATOR_HOST, so a stale value must not outlive it).
+    The instance runs ``reader_runs`` reader runs at once (default: CS_PLATFORM_MAX_PARALLEL_READS)."""
     for stale in ("landing", "lake", "dagster_home"):
         shutil.rmtree(workdir / stale, ignore_errors=True)
     (workdir / "dagster_home").mkdir(parents=True)
-    (workdir / "dagster_home" / "dagster.yaml").write_text(DAGSTER_YAML)
+    (workdir / "dagster_home" / "dagster.yaml").write_text(instance_yaml(reader_runs))
     saved = dict(os.environ)
     with SpannerEmulator(partition_alive_seconds=partition_alive_seconds, log_path=workdir / "emulator.log") as emulator:
         os.environ["SPANNER_EMULATOR_HOST"] = emulator.host

@@ -171,8 +171,8 @@ class KeyRangeStream:
             owned[owner].append(slot)
         kind = ("move", "split", "end")[(self._changes - 1) % 3]
         splittable = [t for t in live if len(owned[t]) >= 2]
-        if kind != "split" and len(live) < 2 or kind != "end" and not splittable:
-            return
+        if (kind in ("move", "end") and len(live) < 2) or (kind in ("move", "split") and not splittable):
+            return  # nothing this change can do: skipped
         source = self._random.choice(splittable if kind != "end" else live)
         slots = owned[source]
         if kind == "split":

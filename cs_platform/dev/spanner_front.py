@@ -29,6 +29,10 @@ client's own retries, ``translate_error`` and the reader's resume all meet a rea
 - ``ABORTED`` on a read-write transaction's commit (error-codes: "retry the whole transaction");
 - stalls and slow links: responses held back, or each delayed.
 
+**Cloud Spanner's partitioning.** A stream presented as MUTABLE_KEY_RANGE (``mutable_key_range.py``)
+may also be re-partitioned by key range into many partitions, with key ranges moving between them
+and transactions spread over them (``key_ranges.py``).
+
 Nothing the front does changes what the emulator committed or returns: a fault ends or delays a
 call, and every row that reaches the client is one the emulator sent, unchanged (a streamed query's
 responses are re-framed only: the front's resume tokens, the row type once, ``last`` at the end). ``python -m
@@ -38,6 +42,8 @@ Python API::
 
     with SpannerFront(upstream="127.0.0.1:9010") as front:      # its address: front.host
         front.inject(Fault(StatusCode.UNAVAILABLE, after_responses=3))   # the next change stream query
+        front.present_mutable(database_id, "S")                   # S as MUTABLE_KEY_RANGE (mutable_key_range.py)
+        front.partition_by_key_range(database_id, "S", partitions=48)   # ... in 48 partitions (key_ranges.py)
         ... point SPANNER_EMULATOR_HOST at front.host ...
         front.injected                                            # the faults that fired, in order
 """
@@ -583,12 +589,27 @@ def main(argv: list[str] | None = None) -> None:
         help="end a change stream query with status CODE (UNAVAILABLE, INTERNAL, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, NOT_FOUND) "
         "after AFTER responses; repeatable",
     )
+    parser.add_argument(
+        "--mutable", action="append", default=[], metavar="DATABASE:STREAM",
+        help="present the stream as MUTABLE_KEY_RANGE (the emulator's partitions); repeatable",
+    )
+    parser.add_argument(
+        "--key-ranges", action="append", default=[], metavar="DATABASE:STREAM:PARTITIONS[:SECONDS]",
+        help="present the stream as MUTABLE_KEY_RANGE, re-partitioned by key range into PARTITIONS partitions, "
+        "one move, split or end of their key ranges every SECONDS (default 1), transactions spread over them; repeatable",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     front = SpannerFront(args.upstream, args.port)
     for spec in args.fault:
         code, _, after = spec.partition(":")
         front.inject(Fault(grpc.StatusCode[code.upper()], after_responses=int(after or 0)))
+    for spec in args.mutable:
+        database, stream = spec.split(":")
+        front.present_mutable(database, stream)
+    for spec in args.key_ranges:
+        database, stream, partitions, *every = spec.split(":")
+        front.partition_by_key_range(database, stream, int(partitions), timedelta(seconds=float(every[0]) if every else 1.0))
     with front:
         print(f"SPANNER_EMULATOR_HOST={front.host}", flush=True)
         try:

@@ -29,7 +29,7 @@ from typing import Iterator
 
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.dev.dagster_dev import REPO
-from cs_platform.dev.embedded import DAGSTER_YAML, EmbeddedBank, embedded_bank
+from cs_platform.dev.embedded import EmbeddedBank, embedded_bank, instance_yaml
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
 from cs_platform.dev.postgres import postgres_server
@@ -76,7 +76,7 @@ class Stack:
 
 def dagster_yaml(postgres_url: str) -> str:
     """make dev's instance settings, with every storage (runs, events, schedules) on PostgreSQL."""
-    return f"{DAGSTER_YAML}storage:\n  postgres:\n    postgres_url: {postgres_url}\n"
+    return f"{instance_yaml()}storage:\n  postgres:\n    postgres_url: {postgres_url}\n"
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from google.api_core import exceptions as gexc
+from grpc import StatusCode
 from google.cloud.spanner_v1.types import ChangeStreamRecord
 from google.protobuf import struct_pb2, timestamp_pb2
 
@@ -37,6 +38,7 @@ from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.tail import STREAMING
 from cs_platform.dev.deadline import load_per_core
 from cs_platform.dev.mutable_key_range import END_REQUIRED, END_TOO_FAR
+from cs_platform.dev.spanner_front import Fault
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 from cs_platform_tests.changestream.test_postgres import PG_DDL
 from cs_platform_tests.conftest import INSTANCE, PROJECT
@@ -245,9 +247,13 @@ def test_a_stream_re_partitioned_by_key_range_is_read_whole_with_spread_transact
     """Cloud Spanner's shape of a busy stream, through the front (``dev/key_ranges.py``): eight
     partitions, key ranges moving between live ones, partitions announced and ended as the stream
     goes, and each transaction's changes spread over the partitions that own its keys. Every
-    committed change lands once, and each transaction's records say how to assemble it whole."""
+    committed change lands once, and each transaction's records say how to assemble it whole. Two
+    queries break mid-stream, and the client library resumes them from the front's resume tokens."""
     monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
     streams = _bank_and_orders(make_database)
+    fired = len(spanner_front.injected)
+    resets = (Fault(StatusCode.UNAVAILABLE, after_responses=3), Fault(StatusCode.INTERNAL, after_responses=5))
+    spanner_front.inject(*resets)
 
     def present(front, database: str, stream: str) -> None:
         front.partition_by_key_range(database, stream, partitions=8, change_every=timedelta(milliseconds=500))
@@ -274,6 +280,7 @@ def test_a_stream_re_partitioned_by_key_range_is_read_whole_with_spread_transact
                 assert [r.is_last_record_in_transaction_in_partition for r in mine] == [False] * (len(mine) - 1) + [True]
             spread += len(partitions) > 1
         assert 0 < spread <= stats.spread_transactions, (spread, stats)
+    assert spanner_front.injected[fired:] == list(resets), "a reset did not fire"
     owners: dict = {}  # a key's changes came from each partition that owned it when they committed
     for record in reads["BankStream"][3]:  # every transfer updates two of the bank's ten accounts
         for mod in record.mods:
