@@ -49,7 +49,7 @@ from google.cloud.spanner_v1.types import ChangeStreamRecord
 
 from cs_platform.changestream.metadata import ONE_MICROSECOND
 from cs_platform.changestream.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord
-from cs_platform.dev.mutable_key_range import data_change_message, timestamp_message
+from cs_platform.dev.mutable_key_range import data_change_message, end_message, event_message, heartbeat_message, start_message
 
 _CSR = ChangeStreamRecord.pb()
 # A record's place among those of one timestamp in one partition: data first (a change at ``t``
@@ -178,7 +178,7 @@ class KeyRangeStream:
         if kind == "split":
             destination = self._new_token()
             self.partitions[destination] = _Partition(at)
-            added[source].append((at, _START, _CSR(partition_start_record=dict(start_timestamp=timestamp_message(at), record_sequence=_START, partition_tokens=[destination]))))
+            added[source].append((at, _START, start_message(at, _START, [destination])))
         else:
             destination = self._random.choice([t for t in live if t != source])
         moving = slots if kind == "end" else slots[len(slots) // 2 :] if kind == "split" else self._range(slots)
@@ -186,11 +186,11 @@ class KeyRangeStream:
             self._owners[slot] = destination
         self._history_times.append(at)
         self._history.append(tuple(self._owners))
-        added[source].append((at, _EVENT, _event(at, source, moved_out_to=destination)))
-        added[destination].append((at, _EVENT, _event(at, destination, moved_in_from=source)))
+        added[source].append((at, _EVENT, event_message(at, _EVENT, source, moved_out_to=[destination])))
+        added[destination].append((at, _EVENT, event_message(at, _EVENT, destination, moved_in_from=[source])))
         if kind == "end":
             self.partitions[source].end = at
-            added[source].append((at, _END, _CSR(partition_end_record=dict(end_timestamp=timestamp_message(at), record_sequence=_END, partition_token=source))))
+            added[source].append((at, _END, end_message(at, _END, source)))
         self._counts[kind] += 1
 
     def _range(self, slots: list[int]) -> list[int]:
@@ -233,7 +233,7 @@ class KeyRangeStream:
         """The initial query's answer: one start record announcing the first partitions."""
         if start != self.start:
             raise ValueError(f"the front re-partitions this stream from {self.start.isoformat()}, not {start.isoformat()}")
-        return [_CSR(partition_start_record=dict(start_timestamp=timestamp_message(start), record_sequence="00000000", partition_tokens=self.first))]
+        return [start_message(start, "00000000", self.first)]
 
     def window(self, token: str, start: datetime, end: datetime) -> tuple[list, bool]:
         """Partition ``token``'s records from ``start`` to ``end`` (at most ``mark``) and whether
@@ -246,16 +246,8 @@ class KeyRangeStream:
         messages = [message for _, _, message in partition.entries[low:high]]
         ended = partition.end is not None and partition.end <= end
         if not ended:
-            messages.append(_CSR(heartbeat_record=dict(timestamp=timestamp_message(end))))
+            messages.append(heartbeat_message(end))
         return messages, ended
-
-
-def _event(at: datetime, token: str, moved_in_from: str | None = None, moved_out_to: str | None = None):
-    return _CSR(partition_event_record=dict(
-        commit_timestamp=timestamp_message(at), record_sequence=_EVENT, partition_token=token,
-        move_in_events=[{"source_partition_token": moved_in_from}] if moved_in_from else [],
-        move_out_events=[{"destination_partition_token": moved_out_to}] if moved_out_to else [],
-    ))
 
 
 @dataclass

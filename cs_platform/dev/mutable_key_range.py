@@ -74,6 +74,30 @@ def _value(plain) -> struct_pb2.Value:
     return json_format.ParseDict(plain, struct_pb2.Value())
 
 
+def start_message(at: datetime, sequence: str, tokens) -> object:
+    """A ``partition_start_record`` announcing partitions ``tokens`` from ``at``."""
+    return _CSR(partition_start_record=dict(start_timestamp=timestamp_message(at), record_sequence=sequence, partition_tokens=list(tokens)))
+
+
+def event_message(at: datetime, sequence: str, token: str, moved_in_from=(), moved_out_to=()) -> object:
+    """A ``partition_event_record``: key ranges moved into partition ``token`` from ``moved_in_from``
+    and out of it to ``moved_out_to`` at ``at``."""
+    return _CSR(partition_event_record=dict(
+        commit_timestamp=timestamp_message(at), record_sequence=sequence, partition_token=token,
+        move_in_events=[{"source_partition_token": t} for t in moved_in_from],
+        move_out_events=[{"destination_partition_token": t} for t in moved_out_to],
+    ))
+
+
+def end_message(at: datetime, sequence: str, token: str) -> object:
+    """A ``partition_end_record``: partition ``token`` ends at ``at``."""
+    return _CSR(partition_end_record=dict(end_timestamp=timestamp_message(at), record_sequence=sequence, partition_token=token))
+
+
+def heartbeat_message(at: datetime) -> object:
+    return _CSR(heartbeat_record=dict(timestamp=timestamp_message(at)))
+
+
 def emulator_records(metadata, rows: list, token: str | None, postgres: bool) -> list[ChangeRecord]:
     """The emulator's rows for one query of ``token`` (its row type and complete rows) as records,
     read by the reader's own immutable mappers."""
@@ -147,10 +171,7 @@ class MutableStreams:
             with self.lock:
                 known = self.parents.get(token)
             if known is not None and start <= known[0]:
-                out.append(_CSR(partition_event_record=dict(
-                    commit_timestamp=timestamp_message(known[0]), record_sequence="0", partition_token=token,
-                    move_in_events=[{"source_partition_token": p} for p in known[1]],
-                )))
+                out.append(event_message(known[0], "0", token, moved_in_from=known[1]))
         for record in records:
             out += self._messages(record, token)
         column = metadata.row_type.fields[0].name if metadata is not None and postgres else "ChangeRecord"
@@ -160,10 +181,10 @@ class MutableStreams:
         if isinstance(record, DataChangeRecord):
             return [_CSR(data_change_record=data_change_message(record))]
         if isinstance(record, HeartbeatRecord):
-            return [_CSR(heartbeat_record=dict(timestamp=timestamp_message(record.timestamp)))]
+            return [heartbeat_message(record.timestamp)]
         assert isinstance(record, ChildPartitionsRecord)
-        at, tokens = timestamp_message(record.start_timestamp), [c.token for c in record.child_partitions]
-        start = _CSR(partition_start_record=dict(start_timestamp=at, record_sequence=record.record_sequence, partition_tokens=tokens))
+        at, tokens = record.start_timestamp, [c.token for c in record.child_partitions]
+        start = start_message(at, record.record_sequence, tokens)
         if token is None:  # the initial query names the first partitions only: no key range moves
             return [start]
         with self.lock:
@@ -171,11 +192,8 @@ class MutableStreams:
                 self.parents.setdefault(child.token, (record.start_timestamp, child.parent_tokens))
         return [
             start,
-            _CSR(partition_event_record=dict(
-                commit_timestamp=at, record_sequence=f"{record.record_sequence}.1", partition_token=token,
-                move_out_events=[{"destination_partition_token": t} for t in tokens],
-            )),
-            _CSR(partition_end_record=dict(end_timestamp=at, record_sequence=f"{record.record_sequence}.2", partition_token=token)),
+            event_message(at, f"{record.record_sequence}.1", token, moved_out_to=tokens),
+            end_message(at, f"{record.record_sequence}.2", token),
         ]
 
 

@@ -159,6 +159,16 @@ def _rows(responses: list) -> list[struct_pb2.Value]:
     return values
 
 
+def _parsed(call) -> list:
+    """A forwarded call's serialized responses, read whole and parsed."""
+    return [PartialResultSet.pb().FromString(r) for r in call]
+
+
+def _answer(responses: list) -> tuple:
+    """A query's parsed responses as its row type (None if it sent none) and its complete rows."""
+    return next((r.metadata for r in responses if r.HasField("metadata")), None), _rows(responses)
+
+
 def has_child_partitions(responses: list) -> bool:
     """Whether a change stream query's responses hold a child partitions record, the partition's end.
 
@@ -277,7 +287,7 @@ class _Forwarder(grpc.GenericRpcHandler):
             parsed = ExecuteSqlRequest.pb().FromString(request)
             presented = self.mutable.options_rows(parsed.session) if is_options_query(parsed.sql) else []
             if presented:
-                responses = [PartialResultSet.pb().FromString(r) for r in upstream(request, **self._call_options(context))]
+                responses = _parsed(upstream(request, **self._call_options(context)))
                 yield from (r.SerializeToString() for r in with_options_rows(responses, presented))
                 return
             if is_change_stream_query(parsed.sql):
@@ -290,16 +300,16 @@ class _Forwarder(grpc.GenericRpcHandler):
                     self._refuse_unbounded(parsed, arguments, context)
                     parsed.sql = re.sub("read_proto_bytes_", "read_json_", parsed.sql, flags=re.IGNORECASE)  # the emulator's name
                     request = parsed.SerializeToString()
-                if mutable and self.key_ranges.covers(database_of(session), stream_of(parsed.sql) or ""):
+                stream = (database_of(session), stream_of(parsed.sql) or "")
+                if mutable and self.key_ranges.covers(*stream):
+                    served = self._key_range(upstream, parsed, arguments, context, *stream)
+                else:
+                    live = self._live(upstream, parsed, arguments, context, self.mutable if mutable else None)
+                    served = live.stream(context) if live is not None else None
+                if served is not None:
                     with self.faults.lock:
                         self.faults.live_queries += 1
-                    yield from self._faulty(self._key_range(upstream, parsed, arguments, context), session, None, context)
-                    return
-                live = self._live(upstream, parsed, arguments, context, self.mutable if mutable else None)
-                if live is not None:
-                    with self.faults.lock:
-                        self.faults.live_queries += 1
-                    yield from self._faulty(live.stream(context), session, None, context)
+                    yield from self._faulty(served, session, None, context)
                     return
                 if mutable:
                     responses = upstream(request, **self._call_options(context))
@@ -319,12 +329,10 @@ class _Forwarder(grpc.GenericRpcHandler):
 
     def _presented(self, call, request, arguments: StreamArguments) -> Iterator[bytes]:
         """A forwarded query's whole answer as one MUTABLE_KEY_RANGE response."""
-        responses = [PartialResultSet.pb().FromString(r) for r in call]
         params = request.params.fields
         token = params[arguments.token]
-        metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
         yield self.mutable.present(
-            metadata, _rows(responses), None if token.HasField("null_value") else token.string_value,
+            *_answer(_parsed(call)), None if token.HasField("null_value") else token.string_value,
             _timestamp(params[arguments.start]), _is_postgres(request.sql),
         ).SerializeToString()
 
@@ -342,40 +350,39 @@ class _Forwarder(grpc.GenericRpcHandler):
         postgres = _is_postgres(request.sql)
 
         def window(start: datetime, end: datetime) -> tuple[list, bool, datetime]:
-            responses = [PartialResultSet.pb().FromString(r) for r in upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata())]
+            responses = _parsed(upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata()))
             ended = has_child_partitions(responses)
             if mutable is not None:  # one response of ChangeStreamRecord rows (mutable_key_range.py)
-                metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
-                responses = [mutable.present(metadata, _rows(responses), token, start, postgres)]
+                responses = [mutable.present(*_answer(responses), token, start, postgres)]
             return responses, ended, end
 
         return LiveQuery(request, arguments, self.settle, self.poll_s, window)
 
-    def _key_range(self, upstream: Callable, request, arguments: StreamArguments, context: grpc.ServicerContext) -> Iterator[bytes]:
-        """A query of a stream the front re-partitions (key_ranges.py): the initial query names the
-        first partitions; a partition's query is served from the stream's records, built from the
-        emulator's as far as the query needs, in settled windows like any streamed query."""
+    def _key_range(
+        self, upstream: Callable, request, arguments: StreamArguments, context: grpc.ServicerContext, database: str, name: str
+    ) -> Iterator[bytes]:
+        """A query of stream ``name`` of ``database``, which the front re-partitions (key_ranges.py):
+        the initial query names the first partitions; a partition's query is served from the
+        stream's records, built from the emulator's as far as the query needs, in settled windows
+        like any streamed query."""
         params = request.params.fields
-        name = stream_of(request.sql) or ""
         postgres = _is_postgres(request.sql)
         column = f"read_proto_bytes_{name}" if postgres else "ChangeRecord"
         key = params[arguments.token]
 
         def fetch(token: str | None, start: datetime, end: datetime) -> list:
             call = upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata())
-            responses = [PartialResultSet.pb().FromString(r) for r in call]
-            metadata = next((r.metadata for r in responses if r.HasField("metadata")), None)
-            return emulator_records(metadata, _rows(responses), token, postgres)
+            return emulator_records(*_answer(_parsed(call)), token, postgres)
 
         try:
             if key.HasField("null_value"):
                 start = _timestamp(params[arguments.start])
-                stream = self.key_ranges.stream(database_of(request.session), name, start)
+                stream = self.key_ranges.stream(database, name, start)
                 response = response_of(stream.initial(start), column, postgres)
                 response.last = True
                 yield response.SerializeToString()
                 return
-            stream = self.key_ranges.stream(database_of(request.session), name)
+            stream = self.key_ranges.stream(database, name)
         except (KeyError, ValueError) as e:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(e))
         if key.string_value not in stream.partitions:
