@@ -484,7 +484,16 @@ class PartitionMetadataStore:
         """
         with self.database.snapshot(multi_use=True) as snap:
             partitions = self._unfinished(snap)
-        return UnfinishedPartitions(tuple(partitions))
+            unfinished = {p.token for p in partitions}
+            named = {t for p in partitions if p.state is PartitionState.CREATED for t in p.parent_tokens} - unfinished - {INITIAL_PARTITION_TOKEN}
+            missing = frozenset(named - self._present(snap, named))  # parents of merge children, finished or not inserted yet
+        return UnfinishedPartitions(tuple(partitions), missing)
+
+    def _present(self, snap, tokens: set[str]) -> set[str]:
+        if not tokens:
+            return set()
+        keys = spanner.KeySet(keys=[[t] for t in sorted(tokens)])
+        return {row[0] for row in snap.read(self.table, ["PartitionToken"], keys, timeout=self.timeout_s, request_options=self.options)}
 
     def _unfinished(self, snap) -> list[PartitionMetadata]:
         states = spanner.KeySet(ranges=[spanner.KeyRange(start_closed=[s.value], end_closed=[s.value]) for s in UNFINISHED])
@@ -510,14 +519,22 @@ UNFINISHED = (PartitionState.CREATED, PartitionState.SCHEDULED, PartitionState.R
 class UnfinishedPartitions:
     """The unfinished rows of the metadata table, read in one snapshot, and what follows from them.
 
-    The parent rule needs no read of the parents themselves. In one strongly consistent snapshot, a
-    parent that is not among the unfinished rows is either FINISHED or was removed, and only cleanup
-    removes rows, only FINISHED ones (``delete_finished``). Either way it counts as finished; a
-    parent is never missing for another reason, because a child is inserted by a reader of its
-    parent, while the parent's row exists.
+    A merge child waits for every parent. In one strongly consistent snapshot, a parent that is not
+    among the unfinished rows is FINISHED, or has no row: ``missing`` holds the parents that CREATED
+    rows name and the table lacks. A parent without a row may not be inserted *yet*: a merge child
+    is inserted by the reader of whichever parent reaches the merge first, and the other parent may
+    itself be the child of a split that its own parent's reader has not reached (Cloud Spanner
+    splits and merges partitions of any age, https://cloud.google.com/spanner/docs/change-streams/details#change_stream_partitions;
+    seen through the front's key-range partitions). Such a parent is announced by an unfinished
+    partition whose watermark is still before the parent's start, so before the child's: a child
+    with a missing parent waits until every other unfinished partition has passed its start. A
+    parent cleanup removed (it keeps parents of unfinished rows, ``delete_finished``; the rule does
+    not depend on it) then counts as finished, and no wait is endless: the partitions it waits for
+    all read towards it.
     """
 
     partitions: tuple[PartitionMetadata, ...]
+    missing: frozenset[str] = frozenset()  # parents named by CREATED rows that have no row
 
     def in_states(self, *states: PartitionState) -> list[PartitionMetadata]:
         return [p for p in self.partitions if p.state in states]
@@ -527,8 +544,14 @@ class UnfinishedPartitions:
         """CREATED partitions whose parents are all finished (a merge child waits for every parent)."""
         unfinished = {p.token for p in self.partitions}
         return [
-            p for p in self.in_states(PartitionState.CREATED) if not unfinished.intersection(p.parent_tokens)
+            p for p in self.in_states(PartitionState.CREATED)
+            if not unfinished.intersection(p.parent_tokens) and not (self.missing.intersection(p.parent_tokens) and self._behind(p))
         ]
+
+    def _behind(self, child: PartitionMetadata) -> bool:
+        """Whether an unfinished partition other than ``child`` has not yet read up to its start
+        (and so may still announce a parent of it)."""
+        return any(p.watermark < child.start_timestamp - ONE_MICROSECOND for p in self.partitions if p.token != child.token)
 
     @property
     def low_watermark(self) -> datetime | None:

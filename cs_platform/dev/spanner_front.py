@@ -29,9 +29,10 @@ client's own retries, ``translate_error`` and the reader's resume all meet a rea
 - ``ABORTED`` on a read-write transaction's commit (error-codes: "retry the whole transaction");
 - stalls and slow links: responses held back, or each delayed.
 
-**Cloud Spanner's partitioning.** A stream presented as MUTABLE_KEY_RANGE (``mutable_key_range.py``)
-may also be re-partitioned by key range into many partitions, with key ranges moving between them
-and transactions spread over them (``key_ranges.py``).
+**Cloud Spanner's partitioning.** A stream may be re-partitioned by key range into many partitions,
+with transactions spread over them (``key_ranges.py``): presented as MUTABLE_KEY_RANGE
+(``mutable_key_range.py``), key ranges move between live partitions; in IMMUTABLE_KEY_RANGE,
+partitions split and merge (``immutable_rows.py`` writes their records as the emulator would).
 
 Nothing the front does changes what the emulator committed or returns: a fault ends or delays a
 call, and every row that reaches the client is one the emulator sent, unchanged (a streamed query's
@@ -68,7 +69,9 @@ from google.protobuf import struct_pb2
 from cs_platform.changestream.metadata import ONE_MICROSECOND, utc_now
 from cs_platform.changestream.values import format_timestamp, parse_timestamp
 from cs_platform.dev.emulator import free_loopback_port
-from cs_platform.dev.key_ranges import KeyRangeStats, KeyRangeStreams
+from cs_platform.changestream.query import PartitionMode
+from cs_platform.dev.immutable_rows import immutable_response
+from cs_platform.dev.key_ranges import KeyRangeStats, KeyRangeStream, KeyRangeStreams
 from cs_platform.dev.mutable_key_range import (
     END_REQUIRED,
     END_TOO_FAR,
@@ -301,7 +304,9 @@ class _Forwarder(grpc.GenericRpcHandler):
                     parsed.sql = re.sub("read_proto_bytes_", "read_json_", parsed.sql, flags=re.IGNORECASE)  # the emulator's name
                     request = parsed.SerializeToString()
                 stream = (database_of(session), stream_of(parsed.sql) or "")
-                if mutable and self.key_ranges.covers(*stream):
+                if self.key_ranges.covers(*stream):
+                    if arguments is None:
+                        context.abort(grpc.StatusCode.UNIMPLEMENTED, "the front reads a re-partitioned stream query's arguments from bound parameters only")
                     served = self._key_range(upstream, parsed, arguments, context, *stream)
                 else:
                     live = self._live(upstream, parsed, arguments, context, self.mutable if mutable else None)
@@ -364,23 +369,34 @@ class _Forwarder(grpc.GenericRpcHandler):
         """A query of stream ``name`` of ``database``, which the front re-partitions (key_ranges.py):
         the initial query names the first partitions; a partition's query is served from the
         stream's records, built from the emulator's as far as the query needs, in settled windows
-        like any streamed query."""
+        like any streamed query. A MUTABLE_KEY_RANGE stream's records are ``ChangeStreamRecord``
+        rows; an IMMUTABLE_KEY_RANGE one's have the row type the emulator answers its initial query
+        with (immutable_rows.py)."""
         params = request.params.fields
         postgres = _is_postgres(request.sql)
         column = f"read_proto_bytes_{name}" if postgres else "ChangeRecord"
         key = params[arguments.token]
 
+        def answer(token: str | None, start: datetime, end: datetime) -> tuple:
+            return _answer(_parsed(upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata())))
+
         def fetch(token: str | None, start: datetime, end: datetime) -> list:
-            call = upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata())
-            return emulator_records(*_answer(_parsed(call)), token, postgres)
+            return emulator_records(*answer(token, start, end), token, postgres)
+
+        def response(stream: KeyRangeStream, messages: list):
+            if stream.mutable:
+                return response_of(messages, column, postgres)
+            return immutable_response(messages, stream.row_type, postgres)
 
         try:
             if key.HasField("null_value"):
                 start = _timestamp(params[arguments.start])
                 stream = self.key_ranges.stream(database, name, start)
-                response = response_of(stream.initial(start), column, postgres)
-                response.last = True
-                yield response.SerializeToString()
+                if not stream.mutable and stream.row_type is None:
+                    stream.row_type = answer(None, start, start)[0]
+                first = response(stream, stream.initial(start))
+                first.last = True
+                yield first.SerializeToString()
                 return
             stream = self.key_ranges.stream(database, name)
         except (KeyError, ValueError) as e:
@@ -397,7 +413,7 @@ class _Forwarder(grpc.GenericRpcHandler):
                 if served < start:
                     return [], False, served
                 messages, ended = stream.window(key.string_value, start, served)
-            return [response_of(messages, column, postgres)], ended, served
+            return [response(stream, messages)], ended, served
 
         yield from LiveQuery(request, arguments, self.settle, self.poll_s, window).stream(context)
 
@@ -537,13 +553,18 @@ class SpannerFront:
         Cloud Spanner serves one created with that partition_mode (``mutable_key_range.py``)."""
         self._mutable.add(database, stream)
 
-    def partition_by_key_range(self, database: str, stream: str, partitions: int, change_every: timedelta = timedelta(seconds=1), seed: int = 0) -> None:
-        """Present ``stream`` of database ``database`` as MUTABLE_KEY_RANGE, re-partitioned into
-        ``partitions`` partitions by key range, one change of its key ranges (a move, a split, an
-        end, in turn) every ``change_every``, and its transactions spread over the partitions that
-        own their keys (``key_ranges.py``). Its state starts at its first initial query."""
-        self._mutable.add(database, stream)
-        self._key_ranges.add(database, stream, partitions, change_every, seed)
+    def partition_by_key_range(
+        self, database: str, stream: str, partitions: int, change_every: timedelta = timedelta(seconds=1), seed: int = 0,
+        mode: PartitionMode = PartitionMode.MUTABLE_KEY_RANGE,
+    ) -> None:
+        """Re-partition ``stream`` of database ``database`` into ``partitions`` partitions by key
+        range, one change of its key ranges every ``change_every`` (MUTABLE_KEY_RANGE, presented so:
+        a move, a split, an end, in turn; IMMUTABLE_KEY_RANGE: a split, a merge), and its
+        transactions spread over the partitions that own their keys (``key_ranges.py``). Its state
+        starts at its first initial query."""
+        if mode is PartitionMode.MUTABLE_KEY_RANGE:
+            self._mutable.add(database, stream)
+        self._key_ranges.add(database, stream, partitions, change_every, seed, mode)
 
     def key_range_stats(self, database: str, stream: str) -> KeyRangeStats:
         """What re-partitioning ``stream`` has done so far."""
@@ -601,9 +622,10 @@ def main(argv: list[str] | None = None) -> None:
         help="present the stream as MUTABLE_KEY_RANGE (the emulator's partitions); repeatable",
     )
     parser.add_argument(
-        "--key-ranges", action="append", default=[], metavar="DATABASE:STREAM:PARTITIONS[:SECONDS]",
-        help="present the stream as MUTABLE_KEY_RANGE, re-partitioned by key range into PARTITIONS partitions, "
-        "one move, split or end of their key ranges every SECONDS (default 1), transactions spread over them; repeatable",
+        "--key-ranges", action="append", default=[], metavar="DATABASE:STREAM:PARTITIONS[:SECONDS[:MODE]]",
+        help="re-partition the stream by key range into PARTITIONS partitions, one change of their key ranges every SECONDS "
+        "(default 1), transactions spread over them; MODE MUTABLE_KEY_RANGE (the default, presented so: moves, splits, ends) "
+        "or IMMUTABLE_KEY_RANGE (splits and merges); repeatable",
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -615,8 +637,9 @@ def main(argv: list[str] | None = None) -> None:
         database, stream = spec.split(":")
         front.present_mutable(database, stream)
     for spec in args.key_ranges:
-        database, stream, partitions, *every = spec.split(":")
-        front.partition_by_key_range(database, stream, int(partitions), timedelta(seconds=float(every[0]) if every else 1.0))
+        database, stream, partitions, *rest = spec.split(":")
+        every, mode = (rest + ["1", PartitionMode.MUTABLE_KEY_RANGE.value])[:2]
+        front.partition_by_key_range(database, stream, int(partitions), timedelta(seconds=float(every)), mode=PartitionMode(mode.upper()))
     with front:
         print(f"SPANNER_EMULATOR_HOST={front.host}", flush=True)
         try:

@@ -216,3 +216,25 @@ def test_a_parent_removed_by_cleanup_counts_as_finished_and_the_merge_child_stil
     assert store.low_watermark() == start  # "b" holds it: a first partition reads from just after T0
     store.record_progress("b", t1 - ONE_MICROSECOND, finished=True, owner=None)
     assert [p.token for p in store.schedulable()] == ["m"]
+
+
+def test_a_merge_child_inserted_before_its_other_parent_exists_waits_for_it(store):
+    """Cloud Spanner merges partitions of any age: "b" reaches a merge with "a2" and inserts the
+    child "m" while "a2", a child of a split of "a" that a's reader has not reached, has no row yet.
+    "m" must not be read before "a2" is inserted and read to its end."""
+    start = utc_now()
+    store.initialize(start, None, 1000)
+    store.add_children(children("initial", start, ("a", ["initial"]), ("b", ["initial"])), None, 1000)
+    store.record_progress("initial", start, finished=True, owner=None)
+    store.transition(["a", "b"], S.RUNNING)
+    t1, t2 = start + timedelta(seconds=1), start + timedelta(seconds=2)
+    store.add_children(children("b", t2, ("m", ["a2", "b"])), None, 1000)
+    store.record_progress("b", t2 - ONE_MICROSECOND, finished=True, owner=None)
+    assert store.schedulable() == []  # "a2" has no row yet, and "a" is still before m's start
+    store.record_progress("a", t1 - timedelta(milliseconds=1), finished=False, owner=None)
+    assert store.schedulable() == []
+    store.add_children(children("a", t1, ("a1", ["a"]), ("a2", ["a"])), None, 1000)
+    store.record_progress("a", t1 - ONE_MICROSECOND, finished=True, owner=None)
+    assert {p.token for p in store.schedulable()} == {"a1", "a2"}  # "m" now waits for "a2" itself
+    store.record_progress("a2", t2 - ONE_MICROSECOND, finished=True, owner=None)
+    assert {p.token for p in store.schedulable()} == {"a1", "m"}

@@ -147,16 +147,18 @@ class RecordKinds(PartitionReader):
         super()._apply(partition, record, progress)
 
 
-def _read_whole(front, database, stream: str, dialect: Dialect, make_database, write) -> tuple[RecordKinds, list, list, list]:
-    """Read ``stream`` (presented by the front as MUTABLE_KEY_RANGE) streaming through the front
-    over a window while ``write`` commits (returns what it committed, as (table, keys, mod type)
-    tuples), every partition to its end. Returns the reader, the landed mods, the committed ones and
-    the landed records."""
+def _read_whole(
+    front, database, stream: str, dialect: Dialect, make_database, write, expected: PartitionMode = PartitionMode.MUTABLE_KEY_RANGE
+) -> tuple[RecordKinds, list, list, list]:
+    """Read ``stream`` (presented by the front in partition mode ``expected``) streaming through
+    the front over a window while ``write`` commits (returns what it committed, as (table, keys,
+    mod type) tuples), every partition to its end. Returns the reader, the landed mods, the
+    committed ones and the landed records."""
     target = SpannerTarget(PROJECT, INSTANCE, database.database_id, front.host)
     client = target.client()
     source = target.connect(client)
     mode = partition_mode(source, stream)
-    assert mode is PartitionMode.MUTABLE_KEY_RANGE, "the options view does not say MUTABLE_KEY_RANGE"
+    assert mode is expected, f"the options view says {mode}, not {expected}"
     metadata = SpannerTarget(PROJECT, INSTANCE, make_database([]).database_id, front.host).connect(client)
     store = PartitionMetadataStore(metadata, "Metadata")
     store.create_table_if_missing()
@@ -177,8 +179,8 @@ def _read_whole(front, database, stream: str, dialect: Dialect, make_database, w
     writer.join()
     rows = store.all()
     assert {r.state for r in rows} == {PartitionState.FINISHED}
-    # Announced partitions wait for no parent: only the initial query's are children of it.
-    assert all(r.parent_tokens in ((), (INITIAL_PARTITION_TOKEN,)) for r in rows)
+    if mode is PartitionMode.MUTABLE_KEY_RANGE:  # announced partitions wait for no parent: only the initial query's are children of it
+        assert all(r.parent_tokens in ((), (INITIAL_PARTITION_TOKEN,)) for r in rows)
     return reader, landed, committed, records
 
 
@@ -207,14 +209,14 @@ def _bank_and_orders(make_database) -> list[tuple]:
     return [(bank, "BankStream", Dialect.GOOGLE_STANDARD_SQL, bank_writes), (orders, "order_stream", Dialect.POSTGRESQL, order_writes)]
 
 
-def _read_side_by_side(front, make_database, streams: list[tuple], present) -> dict:
+def _read_side_by_side(front, make_database, streams: list[tuple], present, mode: PartitionMode = PartitionMode.MUTABLE_KEY_RANGE) -> dict:
     """Read each of ``streams`` whole (``_read_whole``) after ``present(front, database, stream)``,
     side by side: each waits on the emulator's partitions more than it works."""
     reads: dict = {}
 
     def read(database, stream: str, dialect: Dialect, write) -> None:
         present(front, database.database_id, stream)
-        reads[stream] = _read_whole(front, database, stream, dialect, make_database, write)
+        reads[stream] = _read_whole(front, database, stream, dialect, make_database, write, mode)
 
     threads = [threading.Thread(target=read, args=s) for s in streams]
     for thread in threads:
@@ -243,10 +245,12 @@ def test_a_mutable_key_range_stream_is_read_whole_through_splits_and_merges(make
     assert spanner_front.live_queries > before, "no query was streamed"
 
 
-def test_a_stream_re_partitioned_by_key_range_is_read_whole_with_spread_transactions(make_database, spanner_front, monkeypatch):
+@pytest.mark.parametrize("mode", [PartitionMode.MUTABLE_KEY_RANGE, PartitionMode.IMMUTABLE_KEY_RANGE])
+def test_a_stream_re_partitioned_by_key_range_is_read_whole_with_spread_transactions(make_database, spanner_front, monkeypatch, mode):
     """Cloud Spanner's shape of a busy stream, through the front (``dev/key_ranges.py``): eight
-    partitions, key ranges moving between live ones, partitions announced and ended as the stream
-    goes, and each transaction's changes spread over the partitions that own its keys. Every
+    partitions that change as the stream goes (MUTABLE_KEY_RANGE: key ranges moving between live
+    partitions, partitions announced and ended; IMMUTABLE_KEY_RANGE: partitions splitting and
+    merging), and each transaction's changes spread over the partitions that own its keys. Every
     committed change lands once, and each transaction's records say how to assemble it whole. Two
     queries break mid-stream, and the client library resumes them from the front's resume tokens."""
     monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
@@ -256,16 +260,22 @@ def test_a_stream_re_partitioned_by_key_range_is_read_whole_with_spread_transact
     spanner_front.inject(*resets)
 
     def present(front, database: str, stream: str) -> None:
-        front.partition_by_key_range(database, stream, partitions=8, change_every=timedelta(milliseconds=500))
+        front.partition_by_key_range(database, stream, partitions=8, change_every=timedelta(milliseconds=500), mode=mode)
 
-    reads = _read_side_by_side(spanner_front, make_database, streams, present)
+    reads = _read_side_by_side(spanner_front, make_database, streams, present, mode)
     for (database, stream, *_), (reader, _, committed, records) in zip(streams, (reads[s[1]] for s in streams)):
         stats = spanner_front.key_range_stats(database.database_id, stream)
         print(f"{stream}: {len(committed)} mods, records {dict(reader.kinds)}, {stats}")
-        assert stats.moves and stats.splits and stats.ends, stats
         # The front builds as far as any query asks, which may pass the read's end.
-        assert 1 < reader.kinds["PartitionStartRecord"] <= stats.splits + 1  # the initial query's, and a split's
-        assert 0 < reader.kinds["PartitionEndRecord"] <= stats.ends
+        if mode is PartitionMode.MUTABLE_KEY_RANGE:
+            assert stats.moves and stats.splits and stats.ends and not stats.merges, stats
+            assert 1 < reader.kinds["PartitionStartRecord"] <= stats.splits + 1  # the initial query's, and a split's
+            assert 0 < reader.kinds["PartitionEndRecord"] <= stats.ends
+        else:
+            assert stats.splits and stats.merges and not stats.moves and not stats.ends, stats
+            assert not reader.kinds["PartitionStartRecord"] and not reader.kinds["PartitionEventRecord"], dict(reader.kinds)
+            # One in the initial query's answer, one in each split parent, one in each merged parent.
+            assert 1 < reader.kinds["ChildPartitionsRecord"] <= 1 + stats.splits + 2 * stats.merges, (dict(reader.kinds), stats)
         transactions: dict = {}
         for record in records:
             transactions.setdefault(record.server_transaction_id, []).append(record)

@@ -1,7 +1,8 @@
 """Acceptance for the orchestration: a real Dagster instance, the real sensor evaluated repeatedly,
 the runs it requests executed in worker processes, reading in streaming mode through the Cloud
-Spanner front before the emulator, with a concurrent writer,
-through real splits and merges. Nothing lost; every run resumes from its partition's watermark; no
+Spanner front before the emulator, with a concurrent writer, through splits and merges of a stream
+the front partitions by key range as Cloud Spanner does (IMMUTABLE_KEY_RANGE, each transaction
+spread over the partitions that own its keys). Nothing lost; every run resumes from its partition's watermark; no
 partition read by two runs at once; merge children launched only after every parent finished.
 
 Two run slots for more live partitions than that, and a soft timeout longer than the window: reads
@@ -14,6 +15,7 @@ from datetime import timedelta
 from dagster import DagsterRunStatus, RunsFilter
 
 from cs_platform.changestream.metadata import ONE_MICROSECOND, lineage, utc_now
+from cs_platform.changestream.query import PartitionMode
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import BankWorkload
@@ -35,6 +37,9 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
         "CS_PLATFORM_YIELD_AFTER_SECONDS": "3",
     }.items():
         bank_stream.monkeypatch.setenv(name, value)
+    spanner_front.partition_by_key_range(
+        bank_stream.bank.database_id, "BankStream", partitions=3, change_every=timedelta(seconds=2), mode=PartitionMode.IMMUTABLE_KEY_RANGE
+    )
     workload = BankWorkload(bank_stream.bank)
     writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=3), WRITES_PER_SECOND), daemon=True)
     writer.start()
@@ -52,6 +57,8 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
     crossed = lineage(partitions)
     print(f"{len(workload.committed)} transactions, {crossed}, {loop.stats}")
     assert crossed.splits >= 2 and crossed.merges >= 2, crossed
+    key_ranges = spanner_front.key_range_stats(bank_stream.bank.database_id, "BankStream")
+    assert key_ranges.spread_transactions > 0, key_ranges
     assert loop.stats.failed == 0
     # Read as Cloud Spanner is read: the runs streamed (the front served their queries live; a
     # partition whose run began after its end reads settled history instead).
