@@ -60,6 +60,12 @@ def reads(instance: DagsterInstance) -> list[Read]:
     return sorted(found, key=lambda r: (r.partition_key, r.query_start))
 
 
+def observed_landing_paths(instance: DagsterInstance) -> set[str]:
+    """Every file a run reported landing, whichever chunk of its read it was (a run's
+    materialization names only its last)."""
+    return {event.asset_observation.metadata["landing_path"].value for event in instance.fetch_observations(ASSET, limit=10_000).records}
+
+
 def landing_observations(instance: DagsterInstance) -> Counter:
     """Observations of landed files per run (the UI's progress of a live run)."""
     return Counter(event.run_id for event in instance.fetch_observations(ASSET, limit=10_000).records)
