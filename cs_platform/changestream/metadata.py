@@ -302,8 +302,7 @@ class PartitionMetadataStore:
         return self._in_transaction(self._insert_missing, children)
 
     def _insert_missing(self, transaction, partitions: list[PartitionMetadata]) -> int:
-        keyset = spanner.KeySet(keys=[[p.token] for p in partitions])
-        present = {row[0] for row in transaction.read(self.table, ["PartitionToken"], keyset, request_options=self.options)}
+        present = self._present(transaction, {p.token for p in partitions})
         new = [p for p in partitions if p.token not in present]
         if new:
             transaction.insert(
@@ -486,14 +485,15 @@ class PartitionMetadataStore:
             partitions = self._unfinished(snap)
             unfinished = {p.token for p in partitions}
             named = {t for p in partitions if p.state is PartitionState.CREATED for t in p.parent_tokens} - unfinished - {INITIAL_PARTITION_TOKEN}
-            missing = frozenset(named - self._present(snap, named))  # parents of merge children, finished or not inserted yet
+            missing = frozenset(named - self._present(snap, named, timeout=self.timeout_s))  # parents of merge children, finished or not inserted yet
         return UnfinishedPartitions(tuple(partitions), missing)
 
-    def _present(self, snap, tokens: set[str]) -> set[str]:
+    def _present(self, reader, tokens: set[str], **read) -> set[str]:
+        """Which of ``tokens`` have a row, read by key in ``reader`` (a snapshot or a transaction)."""
         if not tokens:
             return set()
         keys = spanner.KeySet(keys=[[t] for t in sorted(tokens)])
-        return {row[0] for row in snap.read(self.table, ["PartitionToken"], keys, timeout=self.timeout_s, request_options=self.options)}
+        return {row[0] for row in reader.read(self.table, ["PartitionToken"], keys, request_options=self.options, **read)}
 
     def _unfinished(self, snap) -> list[PartitionMetadata]:
         states = spanner.KeySet(ranges=[spanner.KeyRange(start_closed=[s.value], end_closed=[s.value]) for s in UNFINISHED])

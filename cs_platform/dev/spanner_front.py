@@ -638,7 +638,9 @@ def main(argv: list[str] | None = None) -> None:
         front.present_mutable(database, stream)
     for spec in args.key_ranges:
         database, stream, partitions, *rest = spec.split(":")
-        every, mode = (rest + ["1", PartitionMode.MUTABLE_KEY_RANGE.value])[:2]
+        if len(rest) > 2:
+            parser.error(f"--key-ranges {spec}: expected DATABASE:STREAM:PARTITIONS[:SECONDS[:MODE]]")
+        every, mode = rest + ["1", PartitionMode.MUTABLE_KEY_RANGE.value][len(rest):]
         front.partition_by_key_range(database, stream, int(partitions), timedelta(seconds=float(every)), mode=PartitionMode(mode.upper()))
     with front:
         print(f"SPANNER_EMULATOR_HOST={front.host}", flush=True)
