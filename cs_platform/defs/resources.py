@@ -266,14 +266,11 @@ class SparkResource(ConfigurableResource):
     def setup_for_execution(self, context) -> None:
         from dagster_pyspark.resources import spark_session_from_config
 
-        from cs_platform.lake.ivy import ivy_lock
-        from cs_platform.lake.spark import check_reachable
+        from cs_platform.lake.spark import check_reachable, start_session
 
         config = self.spark_config()
         check_reachable(config)
-        # A driver starting here resolves Delta's jars into the Ivy cache: one resolver at a time.
-        with ivy_lock():
-            self._session = spark_session_from_config(config)
+        self._session = start_session(config, lambda: spark_session_from_config(config))
 
     @property
     def spark_session(self) -> SparkSession:

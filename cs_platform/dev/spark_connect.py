@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Iterator
 
@@ -20,19 +20,22 @@ from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import start_server, stop_process_group
 from cs_platform.dev.spark_cluster import spark_env
 from cs_platform.lake.ivy import ivy_lock
-from cs_platform.lake.spark import delta_spark_config, warm_delta
+from cs_platform.lake.spark import delta_spark_config, resolves_jars, warm_delta
 from cs_platform.landing.gcs import GcsAccess
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
-def server_command(port: int, master: str, storage: GcsAccess | None = None) -> list[str]:
-    spark_home = Path(pyspark.__file__).parent
-    conf = {
+def server_conf(port: int, master: str, storage: GcsAccess | None = None) -> dict[str, str]:
+    return {
         **delta_spark_config(master, "cs_platform_spark_connect", storage=storage),
         "spark.connect.grpc.binding.address": "127.0.0.1",
         "spark.connect.grpc.binding.port": str(port),
     }
+
+
+def server_command(conf: dict[str, str]) -> list[str]:
+    spark_home = Path(pyspark.__file__).parent
     return [str(spark_home / "bin" / "spark-submit"), "--class", SERVER_CLASS, *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")]]
 
 
@@ -43,11 +46,12 @@ def spark_connect_server(
     """Run a Spark Connect server until exit; yields its ``sc://127.0.0.1:<port>`` address. The first
     start may resolve Delta's jars from Maven Central (then cached in ~/.ivy2.5.2)."""
     port = free_loopback_port()
-    command = server_command(port, master, storage)  # (it may resolve the GCS connector, under the lock itself)
-    # The server resolves Delta's jars into the Ivy cache before it listens: hold the cache's lock
-    # until then, or a Spark session starting beside it can lose its gateway (seen in the suite).
-    with ivy_lock():
-        process = start_server(command, port, log_path, "the Spark Connect server", start_timeout_s, spark_env())
+    conf = server_conf(port, master, storage)  # (it may resolve the GCS connector, under the lock itself)
+    # A server that resolves Delta's jars into the Ivy cache does so before it listens: it holds the
+    # cache's lock until then, or a Spark session starting beside it can lose its gateway (seen in
+    # the suite). One on jars resolved by an earlier start resolves nothing and needs no lock.
+    with ivy_lock() if resolves_jars(conf) else nullcontext():
+        process = start_server(server_command(conf), port, log_path, "the Spark Connect server", start_timeout_s, spark_env())
     warm_up = None
     try:
         remote = f"sc://127.0.0.1:{port}"

@@ -5,8 +5,9 @@ dependencies, and ``spark.jars.packages`` cannot ask for a classifier. So the ja
 the Ivy that pyspark ships, from the same default repository and into the same cache directory as
 Delta's jars, once per machine, and put on the class path of the driver and of the executors
 (``extraClassPath``: a cluster's nodes need the jar at that path, as Dataproc's have it built in).
-Not through ``spark.jars``: set by hand, it replaces the list that ``spark.jars.packages`` fills, and
-the executors then lose Delta's classes.
+Not through ``spark.jars``: that list is Delta's (``lake/spark.py``: filled by
+``spark.jars.packages`` on a machine's first start, recorded from it after), and one set by hand
+beside ``spark.jars.packages`` replaces what Spark resolved: the executors then lose Delta's classes.
 """
 
 from __future__ import annotations

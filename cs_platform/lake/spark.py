@@ -17,7 +17,7 @@ import socket
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from delta import configure_spark_with_delta_pip
 from pyspark.errors import PySparkRuntimeError
@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 
 from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.gcs_connector import gcs_spark_config
-from cs_platform.lake.ivy import ivy_lock
+from cs_platform.lake.ivy import ivy_lock, remember_resolved, resolved_jars
 from cs_platform.landing.gcs import GcsAccess
 
 log = logging.getLogger(__name__)
@@ -56,6 +56,8 @@ def delta_spark_config(
     """Delta's jars and settings, plus the GCS connector when ``storage`` says gs:// is used."""
     builder = configure_spark_with_delta_pip(SparkSession.builder)
     packages = builder._options["spark.jars.packages"]  # what the helper asked Maven for
+    resolved = resolved_jars(packages)  # by an earlier start on this machine: nothing to resolve
+    jars = {"spark.jars": ",".join(resolved)} if resolved else {"spark.jars.packages": packages}
     if master.startswith("local") or _master_host(master) in LOOPBACK_HOSTS:
         # A driver of a local session or of a cluster on this machine binds to loopback only (the
         # machine's other addresses are not ours to use).
@@ -64,7 +66,24 @@ def delta_spark_config(
         # Spanner client; Spark would otherwise start whatever "python3" is on the PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     gcs = gcs_spark_config(storage) if storage is not None else {}
-    return {"spark.master": master, "spark.app.name": app_name, "spark.jars.packages": packages, **DELTA_CONF, **gcs, **(extra or {})}
+    return {"spark.master": master, "spark.app.name": app_name, **jars, **DELTA_CONF, **gcs, **(extra or {})}
+
+
+def resolves_jars(spark_config: Mapping[str, str]) -> bool:
+    """True if a JVM started with these settings resolves jars into the Ivy cache as it starts."""
+    return "spark.jars.packages" in spark_config
+
+
+def start_session(spark_config: Mapping[str, str], start: Callable[[], SparkSession]) -> SparkSession:
+    """``start()`` the session these settings describe. One that resolves Delta's jars holds the Ivy
+    cache's lock meanwhile, and records what they resolved to, so that every later start on this
+    machine skips resolving (seconds each) and starts beside the others, without the lock."""
+    if not resolves_jars(spark_config):
+        return start()
+    with ivy_lock():
+        session = start()
+    remember_resolved(spark_config["spark.jars.packages"], session.sparkContext.getConf().get("spark.jars", ""))
+    return session
 
 
 def _master_host(master: str) -> str:
@@ -121,21 +140,25 @@ def delta_spark_session(
 ) -> SparkSession:
     """A Spark session with Delta. ``jvm_log``: send the JVM's own output (Ivy resolution, log4j)
     there instead of the console, for tools whose console shows only their progress."""
+    config = delta_spark_config(master, app_name, extra, storage)
     builder = SparkSession.builder
-    for key, value in delta_spark_config(master, app_name, extra, storage).items():
+    for key, value in config.items():
         builder = builder.config(key, value)
-    # The JVM resolves Delta's jars into the Ivy cache as it starts: one starting JVM at a time.
-    with _output_to(jvm_log), ivy_lock():
+
+    def start() -> SparkSession:
         try:
-            session = builder.getOrCreate()
+            return builder.getOrCreate()
         except PySparkRuntimeError as e:
-            # Seen when a JVM outside this lock (a Spark Connect server, a cluster's submit)
-            # resolved the same Ivy cache at the same moment: the gateway exits before reporting
-            # its port. One more attempt, then the error stands.
+            # Seen when a JVM outside the Ivy lock (a cluster's submit) resolved the same Ivy cache
+            # at the same moment: the gateway exits before reporting its port. One more attempt,
+            # then the error stands.
             if "JAVA_GATEWAY_EXITED" not in str(e):
                 raise
             log.warning("Spark's Java gateway exited while starting (%s); starting it once more", e)
-            session = builder.getOrCreate()
+            return builder.getOrCreate()
+
+    with _output_to(jvm_log):
+        session = start_session(config, start)
     if jvm_log is not None:
         session.sparkContext.setLogLevel("ERROR")
     return session
