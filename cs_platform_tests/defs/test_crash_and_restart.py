@@ -408,7 +408,10 @@ def test_a_lake_run_killed_between_a_mirror_commit_and_the_manifest_loses_and_du
     nothing lost or doubled."""
     monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "1")
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Accounts")  # one table: what the no-time-travel bank reads
-    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds())
+    # A few transfers a second give every 1 s cut something to commit; the 40 a second of the reader
+    # crash tests made the ~2 minutes a cold lake run takes to reach its second cut 4,460 transfers,
+    # all read, cut and checked again after the kill, for nothing this test looks at.
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds(), per_second=5)
     marker = tmp_path / "lake.marker"
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
