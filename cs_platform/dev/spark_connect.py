@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
@@ -19,8 +19,7 @@ import pyspark
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import start_server, stop_process_group
 from cs_platform.dev.spark_cluster import spark_env
-from cs_platform.lake.ivy import ivy_lock
-from cs_platform.lake.spark import delta_spark_config, resolves_jars, warm_delta
+from cs_platform.lake.spark import delta_spark_config, resolution_lock, warm_delta
 from cs_platform.landing.gcs import GcsAccess
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -50,7 +49,7 @@ def spark_connect_server(
     # A server that resolves Delta's jars into the Ivy cache does so before it listens: it holds the
     # cache's lock until then, or a Spark session starting beside it can lose its gateway (seen in
     # the suite). One on jars resolved by an earlier start resolves nothing and needs no lock.
-    with ivy_lock() if resolves_jars(conf) else nullcontext():
+    with resolution_lock(conf):
         process = start_server(server_command(conf), port, log_path, "the Spark Connect server", start_timeout_s, spark_env())
     warm_up = None
     try:

@@ -15,9 +15,9 @@ import os
 import shutil
 import socket
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, ContextManager, Iterator, Mapping
 
 from delta import configure_spark_with_delta_pip
 from pyspark.errors import PySparkRuntimeError
@@ -74,15 +74,20 @@ def resolves_jars(spark_config: Mapping[str, str]) -> bool:
     return "spark.jars.packages" in spark_config
 
 
+def resolution_lock(spark_config: Mapping[str, str]) -> ContextManager[object]:
+    """What a JVM starting with these settings holds until it has started: the Ivy cache's lock if
+    it resolves jars into the cache (a gateway starting beside a resolver can exit), else nothing."""
+    return ivy_lock() if resolves_jars(spark_config) else nullcontext()
+
+
 def start_session(spark_config: Mapping[str, str], start: Callable[[], SparkSession]) -> SparkSession:
     """``start()`` the session these settings describe. One that resolves Delta's jars holds the Ivy
     cache's lock meanwhile, and records what they resolved to, so that every later start on this
     machine skips resolving (seconds each) and starts beside the others, without the lock."""
-    if not resolves_jars(spark_config):
-        return start()
-    with ivy_lock():
+    with resolution_lock(spark_config):
         session = start()
-    remember_resolved(spark_config["spark.jars.packages"], session.sparkContext.getConf().get("spark.jars", ""))
+    if resolves_jars(spark_config):
+        remember_resolved(spark_config["spark.jars.packages"], session.sparkContext.getConf().get("spark.jars", ""))
     return session
 
 
