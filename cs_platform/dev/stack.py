@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -74,6 +75,14 @@ class Stack:
         return f"gs://{BUCKET}/lake"
 
 
+def _restore_environment(saved: dict[str, str | None]) -> None:
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 def dagster_yaml(postgres_url: str) -> str:
     """make dev's instance settings, with every storage (runs, events, schedules) on PostgreSQL."""
     return f"{instance_yaml()}storage:\n  postgres:\n    postgres_url: {postgres_url}\n"
@@ -101,25 +110,31 @@ def production_stack(
         postgres = stack.enter_context(postgres_server(workdir))
         (bank.dagster_home / "dagster.yaml").write_text(dagster_yaml(postgres))
         # Spark's own way to add settings to every driver: spark-defaults.conf in SPARK_CONF_DIR.
-        # Here: event logs, so the test (and a person, in the history they keep) sees the executors' work.
+        # Here: event logs, so the test (and a person, in the history they keep) sees the executors' work,
+        # added to the settings of a SPARK_CONF_DIR the environment already names (kept, not replaced).
         events = workdir / "spark-events"
         events.mkdir(parents=True, exist_ok=True)
-        (workdir / "spark-conf").mkdir(exist_ok=True)
-        (workdir / "spark-conf" / "spark-defaults.conf").write_text(
-            f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events.resolve()}\n"
+        conf_dir, inherited = workdir / "spark-conf", os.environ.get("SPARK_CONF_DIR")
+        if inherited:
+            shutil.copytree(inherited, conf_dir, dirs_exist_ok=True)
+        conf_dir.mkdir(exist_ok=True)
+        kept = Path(inherited, "spark-defaults.conf").read_text().rstrip() + "\n" if inherited and Path(inherited, "spark-defaults.conf").exists() else ""
+        (conf_dir / "spark-defaults.conf").write_text(
+            kept
+            + f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events.resolve()}\n"
             "spark.eventLog.compress false\nspark.eventLog.rolling.enabled false\n"  # one JSON file per run
         )
-        os.environ.update(
-            {
-                "SPARK_CONF_DIR": str((workdir / "spark-conf").resolve()),
-                EMULATOR_SETTING: gcs,
-                "CS_PLATFORM_LANDING_ROOT": f"gs://{BUCKET}/landing",
-                "CS_PLATFORM_LAKE_ROOT": f"gs://{BUCKET}/lake",
-                "CS_PLATFORM_SPARK_MASTER": master,
-                "CS_PLATFORM_START_TIMESTAMP": start.isoformat(),
-                **DEV_SETTINGS,
-            }
-        )
+        settings = {
+            "SPARK_CONF_DIR": str(conf_dir.resolve()),
+            EMULATOR_SETTING: gcs,
+            "CS_PLATFORM_LANDING_ROOT": f"gs://{BUCKET}/landing",
+            "CS_PLATFORM_LAKE_ROOT": f"gs://{BUCKET}/lake",
+            "CS_PLATFORM_SPARK_MASTER": master,
+            "CS_PLATFORM_START_TIMESTAMP": start.isoformat(),
+            **DEV_SETTINGS,
+        }
+        stack.callback(_restore_environment, {key: os.environ.get(key) for key in settings})
+        os.environ.update(settings)  # for the daemon, the webserver and their run processes
         # The daemon first: it ticks while the webserver loads (Stack.await_webserver waits for that).
         daemon = launch([sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"], workdir / "dagster-daemon.log", cwd=REPO)
         stack.callback(stop_process_group, daemon)
