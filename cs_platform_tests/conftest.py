@@ -52,12 +52,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # The JVMs the tests' runs start (lake runs, a Spark cluster's executors, the Spark Connect server)
-# live one to a few minutes and do little work each: a third of their CPU went to C2 compiling
-# Spark's hot code for speed they never use. With C1 alone (and the serial collector, for one
-# small heap) the production stack test took 375 CPU-s where it took 524-551, 215 s where it
-# took 275-293 (alone, two cores). The suite's own session lives for the whole session and keeps
-# Spark's defaults: there C2 pays (13 cut tests and the maintenance test: 420 CPU-s with
-# defaults, 468 with C1). Spark's own place for such settings: spark-defaults.conf in SPARK_CONF_DIR.
+# live one to a few minutes and do little work each: in one such JVM, C2 used 90 of its 232 CPU-s
+# compiling Spark's hot code for speed a short run never uses. With C1 alone (and the serial
+# collector, for one small heap) the production stack test took 375 CPU-s where it took 524-551,
+# 215 s where it took 275-293 (alone, two cores). The suite's own session lives for the whole
+# session and keeps Spark's defaults: there C2 pays (13 cut tests and the maintenance test in one
+# JVM: 420 CPU-s at the defaults, 468 with these options). Spark's own place for such settings:
+# spark-defaults.conf in SPARK_CONF_DIR.
 SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SESSION_JVM_OPTIONS = "-XX:+TieredCompilation"  # the JVM's default, set so the file above does not apply
 

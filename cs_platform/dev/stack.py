@@ -118,7 +118,8 @@ def production_stack(
         if inherited:
             shutil.copytree(inherited, conf_dir, dirs_exist_ok=True)
         conf_dir.mkdir(exist_ok=True)
-        kept = Path(inherited, "spark-defaults.conf").read_text().rstrip() + "\n" if inherited and Path(inherited, "spark-defaults.conf").exists() else ""
+        inherited_defaults = Path(inherited or ".", "spark-defaults.conf")
+        kept = inherited_defaults.read_text().rstrip() + "\n" if inherited and inherited_defaults.exists() else ""
         (conf_dir / "spark-defaults.conf").write_text(
             kept
             + f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events.resolve()}\n"
