@@ -69,13 +69,9 @@ def _spark_defaults(tmp_path_factory) -> Iterator[None]:
     (conf_dir / "spark-defaults.conf").write_text(
         f"spark.driver.extraJavaOptions {SHORT_JVM_OPTIONS}\nspark.executor.extraJavaOptions {SHORT_JVM_OPTIONS}\n"
     )
-    before = os.environ.get("SPARK_CONF_DIR")
-    os.environ["SPARK_CONF_DIR"] = str(conf_dir)  # inherited by every run process and Spark JVM
-    yield
-    if before is None:
-        os.environ.pop("SPARK_CONF_DIR")
-    else:
-        os.environ["SPARK_CONF_DIR"] = before
+    with pytest.MonkeyPatch.context() as environment:
+        environment.setenv("SPARK_CONF_DIR", str(conf_dir))  # inherited by every run process and Spark JVM
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -114,17 +114,16 @@ def production_stack(
         # added to the settings of a SPARK_CONF_DIR the environment already names (kept, not replaced).
         events = workdir / "spark-events"
         events.mkdir(parents=True, exist_ok=True)
-        conf_dir, inherited = workdir / "spark-conf", os.environ.get("SPARK_CONF_DIR")
-        if inherited:
-            shutil.copytree(inherited, conf_dir, dirs_exist_ok=True)
+        conf_dir = workdir / "spark-conf"
+        shutil.rmtree(conf_dir, ignore_errors=True)  # an earlier stack's, in the same workdir
+        if os.environ.get("SPARK_CONF_DIR"):
+            shutil.copytree(os.environ["SPARK_CONF_DIR"], conf_dir)
         conf_dir.mkdir(exist_ok=True)
-        inherited_defaults = Path(inherited or ".", "spark-defaults.conf")
-        kept = inherited_defaults.read_text().rstrip() + "\n" if inherited and inherited_defaults.exists() else ""
-        (conf_dir / "spark-defaults.conf").write_text(
-            kept
-            + f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events.resolve()}\n"
-            "spark.eventLog.compress false\nspark.eventLog.rolling.enabled false\n"  # one JSON file per run
-        )
+        with open(conf_dir / "spark-defaults.conf", "a") as defaults:
+            defaults.write(
+                f"\nspark.eventLog.enabled true\nspark.eventLog.dir file://{events.resolve()}\n"
+                "spark.eventLog.compress false\nspark.eventLog.rolling.enabled false\n"  # one JSON file per run
+            )
         settings = {
             "SPARK_CONF_DIR": str(conf_dir.resolve()),
             EMULATOR_SETTING: gcs,
