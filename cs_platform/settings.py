@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping
@@ -17,6 +18,7 @@ from typing import Any, Callable, Mapping
 from dagster._utils.schedules import is_valid_cron_string
 
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
+from cs_platform.changestream.query import MAX_HEARTBEAT_MILLIS, MIN_HEARTBEAT_MILLIS
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.lake.history_schema import HistoryPolicy
 
@@ -29,19 +31,47 @@ class SettingError(InvalidArgumentError):
     """Raised when an environment variable holds a value its setting cannot take."""
 
 
-def _integer(text: str) -> int:
-    return int(text)
+DAY = 86_400
 
 
-def _number(text: str) -> float:
-    return float(text)
+@dataclass(frozen=True)
+class Number:
+    """A finite number within a range: NaN and the infinities never are (``float`` takes them), and
+    a value out of range (milliseconds written for seconds, a sign slipped in) fails here, naming its
+    variable, instead of making a run that never ends or a sensor that never ticks."""
+
+    low: float
+    high: float
+    unit: str = "seconds"
+    whole: bool = False
+    above_low: bool = False  # ``low`` itself is refused: a duration that must pass
+
+    def __call__(self, text: str) -> float:
+        return self.check(int(text) if self.whole else float(text))
+
+    def check(self, number: float) -> float:
+        """``number`` if it is in range; ValueError otherwise (for a value that did not come as text)."""
+        if isinstance(number, bool) or not math.isfinite(number):
+            raise ValueError("not a finite number")
+        if self.whole and number != int(number):
+            raise ValueError("not a whole number")
+        if number < self.low or (self.above_low and number == self.low) or number > self.high:
+            raise ValueError(f"not {self.range}")
+        return number
+
+    @property
+    def range(self) -> str:
+        low, high = _plain(self.low), _plain(self.high)
+        return f"above {low} and at most {high}" if self.above_low else f"from {low} to {high}"
+
+    @property
+    def expects(self) -> str:
+        kind = "a whole number" if self.whole else "a number"
+        return f"{kind} of {self.unit} {self.range}"
 
 
-def _positive(text: str) -> float:
-    seconds = float(text)
-    if not seconds > 0:
-        raise ValueError("not above 0")
-    return seconds
+def _plain(number: float) -> str:
+    return f"{int(number):,}" if number == int(number) else f"{number:g}"
 
 
 def _timestamp(text: str) -> datetime:
@@ -86,9 +116,6 @@ _history_tables.expects = "none, all, or comma-separated table names"  # type: i
 
 
 _EXPECTS = {
-    _integer: "a whole number, e.g. 2000",
-    _number: "a number of seconds, e.g. 60 or 0.5",
-    _positive: "a number of seconds above 0, e.g. 5 or 0.5",
     _timestamp: "an RFC 3339 timestamp, e.g. 2026-01-31T12:00:00Z",
     _names: "comma-separated names",
     _cron: "a cron schedule, e.g. 17 * * * * (hourly at :17)",
@@ -121,33 +148,33 @@ SETTINGS = {
         Setting("CS_PLATFORM_METADATA_DATABASE", str, None, "database of the partition metadata tables (default: the source)", "metadata_database_id"),
         Setting("CS_PLATFORM_START_TIMESTAMP", _timestamp, None, "RFC 3339 start (default: the first sensor tick)", "start_timestamp"),
         Setting("CS_PLATFORM_END_TIMESTAMP", _timestamp, None, "RFC 3339 end (default: none, read forever)", "end_timestamp"),
-        Setting("CS_PLATFORM_HEARTBEAT_MILLIS", _integer, "2000", "heartbeat interval in ms, 100..300000", "heartbeat_millis"),
-        Setting("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", _number, "600", "how long one run reads (landing as it goes) before it ends and the sensor launches the next: about 6 runs per live partition an hour", "soft_timeout_seconds"),
-        Setting("CS_PLATFORM_LANDING_CHUNK_MODS", _integer, "20000", "a run lands a file and persists its watermark every this many mods: its memory holds one chunk, not its whole read", "landing_chunk_mods"),
-        Setting("CS_PLATFORM_LANDING_INTERVAL_SECONDS", _number, "2", "a run also lands what it read and persists its watermark at least this often while the watermark moves (heartbeats alone move it, every 2 s by default): the lake sees a run's reads while it runs, and the low watermark trails by about this much", "landing_interval_seconds"),
-        Setting("CS_PLATFORM_MAX_PARALLEL_READS", _integer, "8", "reader runs in flight per stream", "max_parallel_reads"),
-        Setting("CS_PLATFORM_YIELD_AFTER_SECONDS", _number, "10", "when partitions wait for a run slot, the sensor asks live runs to yield theirs: each lands, persists its watermark and ends once it has read this long, so reads rotate", "yield_after_seconds"),
-        Setting("CS_PLATFORM_STALE_RUN_SECONDS", _number, "120", "a reader run that has not landed for this long (since its start or its last landing) is presumed dead, and its partition re-launched from its watermark; more than twice the landing interval", "stale_run_seconds"),
-        Setting("CS_PLATFORM_SENSOR_INTERVAL_SECONDS", _integer, "5", "seconds between partition sensor ticks: a new child partition, and a partition whose run ended or yielded its slot, waits up to this long for its run (a tick is one metadata query)"),
+        Setting("CS_PLATFORM_HEARTBEAT_MILLIS", Number(MIN_HEARTBEAT_MILLIS, MAX_HEARTBEAT_MILLIS, "milliseconds", whole=True), "2000", "heartbeat interval of the change stream query (Spanner's range)", "heartbeat_millis"),
+        Setting("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", Number(0, DAY, above_low=True), "600", "how long one run reads (landing as it goes) before it ends and the sensor launches the next: about 6 runs per live partition an hour", "soft_timeout_seconds"),
+        Setting("CS_PLATFORM_LANDING_CHUNK_MODS", Number(1, 1_000_000, "mods", whole=True), "20000", "a run lands a file and persists its watermark every this many mods: its memory holds one chunk, not its whole read", "landing_chunk_mods"),
+        Setting("CS_PLATFORM_LANDING_INTERVAL_SECONDS", Number(0, 3600, above_low=True), "2", "a run also lands what it read and persists its watermark at least this often while the watermark moves (heartbeats alone move it, every 2 s by default): the lake sees a run's reads while it runs, and the low watermark trails by about this much", "landing_interval_seconds"),
+        Setting("CS_PLATFORM_MAX_PARALLEL_READS", Number(1, 1000, "runs", whole=True), "8", "reader runs in flight per stream", "max_parallel_reads"),
+        Setting("CS_PLATFORM_YIELD_AFTER_SECONDS", Number(0, DAY), "10", "when partitions wait for a run slot, the sensor asks live runs to yield theirs: each lands, persists its watermark and ends once it has read this long, so reads rotate", "yield_after_seconds"),
+        Setting("CS_PLATFORM_STALE_RUN_SECONDS", Number(0, DAY, above_low=True), "120", "a reader run that has not landed for this long (since its start or its last landing) is presumed dead, and its partition re-launched from its watermark; more than twice the landing interval", "stale_run_seconds"),
+        Setting("CS_PLATFORM_SENSOR_INTERVAL_SECONDS", Number(1, 3600, whole=True), "5", "seconds between partition sensor ticks: a new child partition, and a partition whose run ended or yielded its slot, waits up to this long for its run (a tick is one metadata query)"),
         Setting("CS_PLATFORM_READ_MODE", _choice("auto", "streaming", "polling"), "auto", "how a read follows the live end: streaming (one query per read, records as they commit: Cloud Spanner), polling (queries of windows already past: the emulator, which loses commits on its scan boundaries when it streams), or auto (polling on SPANNER_EMULATOR_HOST, else streaming)", "read_mode"),
         Setting("CS_PLATFORM_RPC_PRIORITY", _choice("LOW", "MEDIUM", "HIGH"), "HIGH", "priority of the change stream and metadata requests: LOW lets a busy database serve its own traffic first", "rpc_priority"),
-        Setting("CS_PLATFORM_SPANNER_TIMEOUT_SECONDS", _number, "20", "deadline of one Spanner call (connect, metadata query)", "timeout_seconds"),
+        Setting("CS_PLATFORM_SPANNER_TIMEOUT_SECONDS", Number(0, 3600, above_low=True), "20", "deadline of one Spanner call (connect, metadata query)", "timeout_seconds"),
         Setting("CS_PLATFORM_LANDING_ROOT", str, ".demo/landing", "local directory or gs:// URI for landing files", "root"),
         Setting("CS_PLATFORM_LAKE_ROOT", str, ".demo/lake", "local directory or gs:// URI for the Delta tables"),
         Setting("STORAGE_EMULATOR_HOST", str, None, "http://host:port of a GCS emulator for gs:// roots; unset for Cloud Storage (ADC)"),
         Setting("CS_PLATFORM_SPARK_MASTER", str, "local[*]", "Spark master of the lake runs' driver: local[*], or a cluster (spark://host:port, make stack starts one)"),
         Setting("CS_PLATFORM_SPARK_REMOTE", str, None, "sc://host:port of a Spark Connect server with Delta (make dev starts one): lake runs start no JVM"),
-        Setting("CS_PLATFORM_LAKE_INTERVAL_SECONDS", _integer, "10", "seconds between lake sensor ticks (>= 10): a lake run is launched when none is in flight and the low watermark moved"),
-        Setting("CS_PLATFORM_CUT_INTERVAL_SECONDS", _positive, "3", "a lake run applies a cut at most this often, whenever the low watermark moved", "cut_interval_seconds"),
-        Setting("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS", _number, "1800", "how long one sensor-launched lake run keeps cutting with its Spark session before it ends and the lake sensor launches the next (a hand-over of about 45 s without cuts) (a materialization from the UI or a backfill takes one cut)", "lake_soft_timeout_seconds"),
-        Setting("CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS", _number, "86400", "consistent cuts this recent (before the latest cut) stay readable (mirrors_at_cut); maintenance drops older ones and the files and Delta log only they needed", "kept_cuts_seconds"),
+        Setting("CS_PLATFORM_LAKE_INTERVAL_SECONDS", Number(10, 3600, whole=True), "10", "seconds between lake sensor ticks: a lake run is launched when none is in flight and the low watermark moved"),
+        Setting("CS_PLATFORM_CUT_INTERVAL_SECONDS", Number(0, 3600, above_low=True), "3", "a lake run applies a cut at most this often, whenever the low watermark moved", "cut_interval_seconds"),
+        Setting("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS", Number(0, 7 * DAY), "1800", "how long one sensor-launched lake run keeps cutting with its Spark session before it ends and the lake sensor launches the next (a hand-over of about 45 s without cuts) (a materialization from the UI or a backfill takes one cut)", "lake_soft_timeout_seconds"),
+        Setting("CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS", Number(0, 366 * DAY), "86400", "consistent cuts this recent (before the latest cut) stay readable (mirrors_at_cut); maintenance drops older ones and the files and Delta log only they needed", "kept_cuts_seconds"),
         Setting("CS_PLATFORM_LAKE_MAINTENANCE_CRON", _cron, "17 * * * *", "when lake maintenance runs (compaction, purge of deletion vectors, VACUUM)"),
-        Setting("CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS", _number, "3600", "VACUUM spares files removed this long before the oldest kept cut, and any younger file: keep it above the longest lake run", "vacuum_margin_seconds"),
+        Setting("CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS", Number(0, 30 * DAY), "3600", "VACUUM spares files removed this long before the oldest kept cut, and any younger file: keep it above the longest lake run", "vacuum_margin_seconds"),
         Setting("CS_PLATFORM_CLEANUP_CRON", _cron, "43 * * * *", "when cleanup runs (finished partitions and their keys, old reader runs, ingested landing files)"),
-        Setting("CS_PLATFORM_METADATA_RETENTION_SECONDS", _number, "86400", "cleanup removes FINISHED partitions (metadata rows and dynamic partition keys) finished longer ago than this", "metadata_retention_seconds"),
-        Setting("CS_PLATFORM_RUN_RETENTION_SECONDS", _number, "259200", "cleanup deletes reader runs (and their event logs) that ended longer ago than this", "run_retention_seconds"),
-        Setting("CS_PLATFORM_LANDING_RETENTION_SECONDS", _number, "86400", "cleanup removes landing files the changelog ingested once their watermark is older than this", "landing_retention_seconds"),
-        Setting("CS_PLATFORM_MAX_LAG_SECONDS", _number, "600", "the lake is late (freshness, lag check) beyond this"),
+        Setting("CS_PLATFORM_METADATA_RETENTION_SECONDS", Number(0, 366 * DAY), "86400", "cleanup removes FINISHED partitions (metadata rows and dynamic partition keys) finished longer ago than this", "metadata_retention_seconds"),
+        Setting("CS_PLATFORM_RUN_RETENTION_SECONDS", Number(0, 366 * DAY), "259200", "cleanup deletes reader runs (and their event logs) that ended longer ago than this", "run_retention_seconds"),
+        Setting("CS_PLATFORM_LANDING_RETENTION_SECONDS", Number(0, 366 * DAY), "86400", "cleanup removes landing files the changelog ingested once their watermark is older than this", "landing_retention_seconds"),
+        Setting("CS_PLATFORM_MAX_LAG_SECONDS", Number(120, 7 * DAY), "600", "the lake is late (freshness, lag check) beyond this; 120 at least: the mirrors' freshness policy warns at half of it, and Dagster's least freshness window is a minute", "max_lag_seconds"),
         Setting("CS_PLATFORM_EMULATOR_BIN", str, None, "path of emulator_main for make demo/dev/test (default: the Debian package's)"),
         Setting("CS_PLATFORM_HISTORY_TABLES", _history_tables, "none", "which watched tables also keep a history table (every version of every row, valid_from/valid_to): none, all, or a list", "history_tables"),
         Setting("CS_PLATFORM_UNTYPED_VALUES", _choice("fail", "quarantine"), "fail", "a value that cannot be typed stops the cut (fail) or sets its transaction aside (quarantine)"),
@@ -166,7 +193,25 @@ def value(environ: Mapping[str, str], env: str) -> Any:
     try:
         return setting.parse(text)
     except (ValueError, MalformedRecordError) as e:
-        raise SettingError(f"{env}={text!r} is not valid: it takes {setting.expects} ({setting.doc})") from e
+        raise _invalid(env, repr(text)) from e
+
+
+def _invalid(env: str, shown: str) -> SettingError:
+    setting = SETTINGS[env]
+    return SettingError(f"{env}={shown} is not valid: it takes {setting.expects} ({setting.doc})")
+
+
+def check_numbers(resource: object) -> None:
+    """Every numeric field of ``resource`` within its setting's range. A value set in Dagster's run
+    config or in code, not in the environment, never went through the setting's parser; the error
+    names the variable all the same, as the documentation lists the settings by it."""
+    for field, env in ENV_OF_FIELD.items():
+        number = SETTINGS[env].parse
+        if isinstance(number, Number) and hasattr(resource, field):
+            try:
+                number.check(getattr(resource, field))
+            except ValueError as e:
+                raise _invalid(env, f"{getattr(resource, field):g}") from e
 
 
 def required(environ: Mapping[str, str], env: str) -> Any:

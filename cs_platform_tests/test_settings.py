@@ -21,15 +21,54 @@ BASE = {"CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i",
         ("CS_PLATFORM_START_TIMESTAMP", "yesterday", "CS_PLATFORM_START_TIMESTAMP='yesterday' is not valid: it takes an RFC 3339 timestamp"),
         ("CS_PLATFORM_UNTYPED_VALUES", "skip", "CS_PLATFORM_UNTYPED_VALUES='skip' is not valid: it takes one of fail, quarantine"),
         ("CS_PLATFORM_APPEND_INSERTS", "yes", "CS_PLATFORM_APPEND_INSERTS='yes' is not valid: it takes true or false"),
-        ("CS_PLATFORM_LAKE_INTERVAL_SECONDS", "5", "CS_PLATFORM_LAKE_INTERVAL_SECONDS=5 is below 10"),
-        ("CS_PLATFORM_CUT_INTERVAL_SECONDS", "0", "CS_PLATFORM_CUT_INTERVAL_SECONDS='0' is not valid: it takes a number of seconds above 0"),
-        ("CS_PLATFORM_MAX_LAG_SECONDS", "60", "CS_PLATFORM_MAX_LAG_SECONDS=60 is below 120: use 120 or more"),
+        ("CS_PLATFORM_LAKE_INTERVAL_SECONDS", "5", "CS_PLATFORM_LAKE_INTERVAL_SECONDS='5' is not valid: it takes a whole number of seconds from 10 to 3,600"),
+        ("CS_PLATFORM_CUT_INTERVAL_SECONDS", "0", "CS_PLATFORM_CUT_INTERVAL_SECONDS='0' is not valid: it takes a number of seconds above 0 and at most 3,600"),
+        ("CS_PLATFORM_MAX_LAG_SECONDS", "60", "CS_PLATFORM_MAX_LAG_SECONDS='60' is not valid: it takes a number of seconds from 120 .*: the mirrors' freshness policy warns at half of it"),
         ("CS_PLATFORM_CHANGE_STREAMS", "Bank Stream", r"change stream name \(CS_PLATFORM_CHANGE_STREAMS\) 'Bank Stream'"),
     ],
 )
 def test_a_value_that_does_not_parse_names_its_variable(name, value, words):
     with pytest.raises(ValueError, match=words):
         build_definitions({**BASE, name: value})
+
+
+NUMBERS = {env: s.parse for env, s in settings.SETTINGS.items() if isinstance(s.parse, settings.Number)}
+
+
+def outside(number: settings.Number) -> list[str]:
+    """What the setting must refuse: NaN, the infinities, and the nearest values past each end."""
+    step = 1 if number.whole else 0.001
+    return ["nan", "NaN", "inf", "-inf", str(number.low if number.above_low else number.low - step), str(number.high + step)]
+
+
+@pytest.mark.parametrize("name", sorted(NUMBERS))
+def test_every_number_refuses_nan_infinities_and_values_out_of_its_range_by_name(name):
+    number = NUMBERS[name]
+    for text in outside(number):
+        with pytest.raises(settings.SettingError, match=rf"^{name}={text!r} is not valid: it takes .* {number.range} \("):
+            build_definitions({**BASE, name: text})
+    edges = [number.high] + ([] if number.above_low else [number.low])
+    for edge in edges:  # the ends themselves are taken
+        build_definitions({**BASE, name: str(int(edge) if number.whole else edge)})
+
+
+def test_a_number_set_in_dagster_config_is_held_to_the_same_range():
+    """A resource configured in code or run config never went through the environment's parser."""
+    from cs_platform.defs.resources import configured_resources
+
+    resources = configured_resources(BASE)
+    stream, lake, retention = resources["bank_stream_change_stream"], resources["lake"], resources["retention"]
+    with pytest.raises(settings.SettingError, match=r"^CS_PLATFORM_SOFT_TIMEOUT_SECONDS=nan is not valid"):
+        stream.model_copy(update={"soft_timeout_seconds": float("nan")}).validated()
+    with pytest.raises(settings.SettingError, match=r"^CS_PLATFORM_HEARTBEAT_MILLIS=50 is not valid"):
+        stream.model_copy(update={"heartbeat_millis": 50}).validated()
+    with pytest.raises(settings.SettingError, match=r"^CS_PLATFORM_SPANNER_TIMEOUT_SECONDS=inf is not valid"):
+        stream.spanner.model_copy(update={"timeout_seconds": float("inf")}).target()
+    with pytest.raises(settings.SettingError, match=r"^CS_PLATFORM_CUT_INTERVAL_SECONDS=-inf is not valid"):
+        lake.model_copy(update={"cut_interval_seconds": float("-inf")}).lake(None, "BankStream")
+    with pytest.raises(settings.SettingError, match=r"^CS_PLATFORM_RUN_RETENTION_SECONDS=-1 is not valid"):
+        retention.model_copy(update={"run_retention_seconds": -1}).validated()
+    assert stream.validated() is stream and retention.validated() is retention  # the defaults are in range
 
 
 def test_plain_python_resources_name_a_missing_required_variable():
@@ -55,9 +94,11 @@ def test_the_definitions_load_as_a_code_location_would():
     assert {s.name for s in defs.sensors} == {"bank_stream_partition_sensor", "bank_stream_lake_sensor"}
 
 
-def test_the_settings_page_lists_every_setting():
+def test_the_settings_page_lists_every_setting_with_what_it_takes():
     page = (Path(__file__).resolve().parents[1] / "docs" / "settings.md").read_text()
     assert [s for s in settings.SETTINGS if f"`{s}`" not in page] == []
+    rows = {line.split("|")[1].strip(" `"): line.split("|")[3].strip() for line in page.splitlines() if line.startswith("| `")}
+    assert {env: rows.get(env) for env in settings.SETTINGS} == {env: s.expects for env, s in settings.SETTINGS.items()}
 
 
 def test_append_inserts_reaches_the_lake_resource_as_a_flag():

@@ -18,7 +18,7 @@ from cs_platform.changestream.catalog import change_stream_retention, partition_
 from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.metadata import PartitionMetadataStore
-from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_heartbeat_millis, validate_identifier
+from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_identifier
 from cs_platform.changestream.reader import DEFAULT_CHUNK_INTERVAL, DEFAULT_CHUNK_MODS, PartitionReader
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.lake.history_schema import HistoryPolicy
@@ -48,6 +48,7 @@ class SpannerResource(ConfigurableResource):
     _databases: dict = PrivateAttr(default_factory=dict)
 
     def target(self, database_id: str | None = None) -> SpannerTarget:
+        settings.check_numbers(self)
         return SpannerTarget(
             self.project_id,
             self.instance_id,
@@ -93,22 +94,8 @@ class ChangeStreamResource(ConfigurableResource):
         """Fail early, naming the setting (its environment variable), before anything touches Spanner."""
         validate_identifier(self.stream_name, "change stream name (CS_PLATFORM_CHANGE_STREAMS)")
         validate_identifier(self.metadata_table_name, "metadata table name")
-        try:
-            validate_heartbeat_millis(self.heartbeat_millis)
-        except InvalidArgumentError as e:
-            raise InvalidArgumentError(f"{env_name('heartbeat_millis')}: {e}") from e
-        soft, stale = env_name("soft_timeout_seconds"), env_name("stale_run_seconds")
-        if self.soft_timeout_seconds <= 0:
-            raise InvalidArgumentError(f"{soft} must be positive, got {self.soft_timeout_seconds}")
-        if self.landing_interval_seconds <= 0:
-            raise InvalidArgumentError(f"{env_name('landing_interval_seconds')} must be positive, got {self.landing_interval_seconds}")
-        if self.landing_chunk_mods < 1:
-            raise InvalidArgumentError(f"{env_name('landing_chunk_mods')} must be at least 1, got {self.landing_chunk_mods}")
-        if self.yield_after_seconds < 0:
-            raise InvalidArgumentError(f"{env_name('yield_after_seconds')} must be zero or more, got {self.yield_after_seconds}")
-        if self.max_parallel_reads < 1:
-            raise InvalidArgumentError(f"{env_name('max_parallel_reads')} must be at least 1, got {self.max_parallel_reads}")
-        interval = env_name("landing_interval_seconds")
+        settings.check_numbers(self)
+        stale, interval = env_name("stale_run_seconds"), env_name("landing_interval_seconds")
         if self.stale_run_seconds <= 2 * self.landing_interval_seconds:
             raise InvalidArgumentError(
                 f"{stale} ({self.stale_run_seconds:g}) must exceed twice {interval} ({self.landing_interval_seconds:g}): "
@@ -202,6 +189,7 @@ class LakeResource(ConfigurableResource):
     def lake(self, spark: SparkSession, stream: str) -> Lake:
         from cs_platform.lake.cuts import POLICIES, Lake  # PySpark: only in the lake's steps (see SparkResource)
 
+        settings.check_numbers(self)
         if self.untyped_values not in POLICIES:
             raise InvalidArgumentError(f"CS_PLATFORM_UNTYPED_VALUES={self.untyped_values!r} is not one of {', '.join(POLICIES)}")
         return Lake(
@@ -223,9 +211,7 @@ class RetentionResource(ConfigurableResource):
     landing_retention_seconds: float = 86400.0
 
     def validated(self) -> "RetentionResource":
-        for field in ("metadata_retention_seconds", "run_retention_seconds", "landing_retention_seconds"):
-            if getattr(self, field) < 0:
-                raise InvalidArgumentError(f"{env_name(field)} must be 0 or more seconds, got {getattr(self, field):g}")
+        settings.check_numbers(self)
         return self
 
     @property

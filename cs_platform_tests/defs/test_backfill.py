@@ -64,8 +64,8 @@ def spanner() -> SpannerResource:
     [
         ({"stream_name": "Bank; DROP TABLE x"}, InvalidIdentifierError, "change stream name"),
         ({"metadata_table": "1bad"}, InvalidIdentifierError, "metadata table name"),
-        ({"heartbeat_millis": 50}, InvalidArgumentError, "CS_PLATFORM_HEARTBEAT_MILLIS: heartbeat"),
-        ({"soft_timeout_seconds": 0}, InvalidArgumentError, "CS_PLATFORM_SOFT_TIMEOUT_SECONDS must be positive"),
+        ({"heartbeat_millis": 50}, InvalidArgumentError, "CS_PLATFORM_HEARTBEAT_MILLIS=50 is not valid: it takes a whole number of milliseconds from 100"),
+        ({"soft_timeout_seconds": 0}, InvalidArgumentError, "CS_PLATFORM_SOFT_TIMEOUT_SECONDS=0 is not valid: it takes a number of seconds above 0"),
         ({"stale_run_seconds": 10, "landing_interval_seconds": 5}, InvalidArgumentError, r"CS_PLATFORM_STALE_RUN_SECONDS \(10\) must exceed twice CS_PLATFORM_LANDING_INTERVAL_SECONDS"),
         ({"start_timestamp": "yesterday"}, InvalidArgumentError, "CS_PLATFORM_START_TIMESTAMP='yesterday' is not an RFC 3339"),
     ],
