@@ -99,8 +99,8 @@ def instance(spanner_client) -> Instance:
 def make_database(instance) -> Callable[..., Database]:
     """Create a fresh database (GoogleSQL or PostgreSQL) with the given DDL; unique name per call."""
 
-    def make(ddl: list[str], postgres: bool = False) -> Database:
-        return create_database(instance, f"db-{next(_names)}", ddl, postgres=postgres)
+    def make(ddl: list[str], postgres: bool = False, proto_descriptors: bytes | None = None) -> Database:
+        return create_database(instance, f"db-{next(_names)}", ddl, postgres=postgres, proto_descriptors=proto_descriptors)
 
     return make
 

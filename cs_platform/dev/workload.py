@@ -69,15 +69,18 @@ def create_instance(client: spanner.Client, instance_id: str) -> Instance:
     return instance
 
 
-def create_database(instance: Instance, database_id: str, ddl: list[str], postgres: bool = False) -> Database:
-    """Create a database with the given DDL (PostgreSQL databases get their DDL after creation)."""
+def create_database(
+    instance: Instance, database_id: str, ddl: list[str], postgres: bool = False, proto_descriptors: bytes | None = None
+) -> Database:
+    """Create a database with the given DDL (PostgreSQL databases get their DDL after creation);
+    ``proto_descriptors``: the serialized ``FileDescriptorSet`` of a ``CREATE PROTO BUNDLE`` in it."""
     if postgres:
         database = instance.database(database_id, database_dialect=DatabaseDialect.POSTGRESQL)
         database.create().result(timeout=120)
         if ddl:
             database.update_ddl(ddl).result(timeout=120)
     else:
-        database = instance.database(database_id, ddl_statements=ddl)
+        database = instance.database(database_id, ddl_statements=ddl, proto_descriptors=proto_descriptors)
         database.create().result(timeout=120)
     database.reload()
     return database

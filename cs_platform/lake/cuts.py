@@ -27,6 +27,7 @@ published, and at which mirror versions, is read from the manifest's log without
 
 from __future__ import annotations
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,6 +52,7 @@ from cs_platform.lake.published import (
     published_cuts,
 )
 from cs_platform.lake.quarantine import Quarantine, UntypedValue, untyped_values
+from cs_platform.lake.types import mapped
 from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity, bind
 
@@ -77,6 +79,11 @@ class IncompleteTransactionsError(RuntimeError):
 
 class StaleSnapshotError(RuntimeError):
     """A snapshot was read at a cut that is no longer the lake's latest; nothing was recorded."""
+
+
+class UnmappedColumnTypeError(RuntimeError):
+    """A column under the cut has a Spanner type the lake has no mirror type for; nothing was applied
+    (the changelog keeps its changes, so a cs_platform that maps the type applies them all)."""
 
 
 class UntypedValueError(RuntimeError):
@@ -232,6 +239,7 @@ class Lake:
                     summary.incomplete,
                 )
             types = column_types_by_table(summary.descriptions)
+            _refuse_unmapped(types, previous, cut)
             transactions, mods, applied, updated = summary.transactions, summary.mods, changes, summary.updated
             bad = untyped_values(changes, types)
             if bad and self.untyped_policy == "fail":
@@ -366,6 +374,18 @@ class Lake:
         """Every mirror as of one cut (the latest if None): a transaction-consistent snapshot."""
         versions = published_cut(self.location, cut).versions
         return {table: self.mirror(table).read(self.spark, version) for table, version in versions.items()}
+
+
+def _refuse_unmapped(types: dict[str, dict[str, dict]], previous: datetime | None, cut: datetime) -> None:
+    unmapped = [(table, name, column["type"]) for table, columns in types.items() for name, column in columns.items() if not mapped(column["type"])]
+    if unmapped:
+        named = "; ".join(f"{table}.{name} of type {json.dumps(spanner)}" for table, name, spanner in unmapped[:5])
+        raise UnmappedColumnTypeError(
+            f"{len(unmapped)} column(s) changed in ({previous}, {cut}] have a Spanner type the lake cannot "
+            f"mirror yet: {named}. The cut was not applied and the changelog keeps every change: upgrade "
+            "cs_platform to a version that maps the type (cs_platform.lake.types), or leave the column "
+            "out of the change stream (ALTER CHANGE STREAM ... SET FOR Table(columns))."
+        )
 
 
 def plain_datetime(value: datetime) -> datetime:

@@ -7,6 +7,13 @@ Every encoding that Cloud Spanner or the emulator produces for a valid value is 
   (``"1-01-01T00:00:00Z"``); Spark only parses four-digit years, so the year is padded first;
 - an ARRAY element ``"NULL"`` in a non-STRING array: the emulator's spelling of a NULL element.
 
+PROTO and ENUM columns (a database's proto bundle) keep what Spanner sends (``google/spanner/v1/
+type.proto``: a PROTO value is its serialized message, base64-encoded; an ENUM value is its number,
+in decimal): the mirror holds the message's bytes (BINARY) and the enum's number (BIGINT). Every
+engine reads both; a reader with the bundle's descriptors decodes the bytes (Spark's
+``from_protobuf``) and names the numbers. The type's name (``proto_type_fqn``) is in the changelog's
+``column_types`` of every record.
+
 :func:`typed_value` is the value the mirror stores; :func:`untyped` is true where a non-NULL wire
 value has no value of the column's type (the cut then names it instead of failing inside Spark).
 """
@@ -28,8 +35,18 @@ _SCALARS = {
     "DATE": "DATE",
     "TIMESTAMP": "TIMESTAMP",
     "UUID": "STRING",
+    "PROTO": "BINARY",
+    "ENUM": "BIGINT",
 }
 _TEXT = {"STRING", "JSON", "UUID"}  # no conversion, so nothing can fail
+_BASE64 = {"BYTES", "PROTO"}
+
+
+def mapped(spanner: Mapping[str, Any]) -> bool:
+    """Whether the type (an ARRAY's elements included) has a mirror type."""
+    if spanner.get("code") == "ARRAY":
+        return mapped(spanner.get("array_element_type") or {})
+    return spanner.get("code") in _SCALARS
 
 
 def spark_type(spanner: Mapping[str, Any]) -> str:
@@ -52,7 +69,7 @@ def _padded_year(text: str) -> str:
 
 def _scalar(text: str, code: str, safe: bool) -> str:
     cast = "try_cast" if safe else "CAST"
-    if code == "BYTES":
+    if code in _BASE64:
         return f"{'try_to_binary' if safe else 'to_binary'}({text}, 'base64')"
     if code in ("TIMESTAMP", "DATE"):
         text = _padded_year(text)

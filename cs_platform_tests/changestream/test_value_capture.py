@@ -9,6 +9,7 @@ from decimal import Decimal
 import pytest
 from google.cloud import spanner
 from google.cloud.spanner_v1.data_types import JsonObject
+from google.protobuf import descriptor_pb2
 
 from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery
@@ -122,3 +123,37 @@ def test_emulator_bugs_are_what_emulator_md_says(make_database):
     wire = record.mods[0].new_values
     assert wire["SeenAt"] == "2024-05-06T07:08:09Z"  # .123456 lost by the emulator
     assert wire["Tags"] == ["1", "NULL"]  # Cloud Spanner sends ["1", null]
+
+
+def cards_bundle() -> bytes:
+    """A proto bundle's ``FileDescriptorSet``: ``message Card {string name = 1; int64 rank = 2;}`` and
+    ``enum Suit {SUIT_UNSPECIFIED = 0; HEARTS = 1; SPADES = 2;}`` in package ``cs``."""
+    file = descriptor_pb2.FileDescriptorProto(name="cards.proto", package="cs", syntax="proto3")
+    card = file.message_type.add(name="Card")
+    card.field.add(name="name", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING)
+    card.field.add(name="rank", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64)
+    suit = file.enum_type.add(name="Suit")
+    for number, name in enumerate(["SUIT_UNSPECIFIED", "HEARTS", "SPADES"]):
+        suit.value.add(name=name, number=number)
+    return descriptor_pb2.FileDescriptorSet(file=[file]).SerializeToString()
+
+
+def test_the_emulator_streams_proto_and_enum_columns_without_their_type_or_values(make_database):
+    """The emulator (1.5.28) accepts a proto bundle and its columns, and a read returns their values,
+    but its change stream names such a column's type by its bare name (Cloud Spanner: code PROTO or
+    ENUM with proto_type_fqn, google/spanner/v1/type.proto) and sends NULL for every value. So PROTO
+    and ENUM reach the lake from recorded rows (lake/test_cuts.py); a lake fed this stream stops
+    the cut naming the column (UnmappedColumnTypeError). Asserted so a fixed emulator shows up here."""
+    meta_db = make_database([])
+    db = make_database(
+        ["CREATE PROTO BUNDLE (cs.Card, cs.Suit)", "CREATE TABLE Hands (Id INT64 NOT NULL, Card cs.Card, Suit cs.Suit) PRIMARY KEY (Id)",
+         "CREATE CHANGE STREAM ItemsStream FOR Hands"],
+        proto_descriptors=cards_bundle(),
+    )
+    start = utc_now()
+    db.run_in_transaction(lambda t: t.execute_update("INSERT INTO Hands (Id, Card, Suit) VALUES (1, NEW cs.Card { name: 'ace' rank: 1 }, 'SPADES')"))
+    with db.snapshot() as snapshot:
+        assert list(snapshot.execute_sql("SELECT Card, Suit FROM Hands")) == [[b"\n\x03ace\x10\x01", 2]]
+    (record,) = read_all(db, meta_db, "Meta", start, utc_now())
+    assert {c.name: c.type for c in record.column_types} == {"Id": {"code": "INT64"}, "Card": {"code": "`cs.Card`"}, "Suit": {"code": "`cs.Suit`"}}
+    assert record.mods[0].new_values == {"Card": None, "Suit": None}
