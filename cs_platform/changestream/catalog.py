@@ -46,6 +46,7 @@ DEFAULT_RETENTION = timedelta(hours=1)  # version_retention_period when none is 
 MIN_STREAM_RETENTION = timedelta(days=1)  # the shortest retention_period Spanner accepts (and its default)
 _RETENTION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _USER_SCHEMAS = {"", "public"}  # the default schema: GoogleSQL, PostgreSQL
+_PROTO_KINDS = ("PROTO<", "ENUM<")
 _GENERATED = "ALWAYS"  # is_generated of a generated column: change streams do not carry them
 _POSTGRES_TYPES = {
     "bigint": {"code": "INT64"},
@@ -71,12 +72,24 @@ def column_type(spanner_type: str) -> dict:
         return {"code": "ARRAY", "array_element_type": column_type(text[6:-1])}
     if text.endswith("[]"):
         return {"code": "ARRAY", "array_element_type": column_type(text[:-2])}
+    if text.upper().startswith(_PROTO_KINDS) and text.endswith(">"):
+        # A proto bundle's message or enum: PROTO<pkg.Message>, ENUM<pkg.Enum> (as Beam's SpannerSchema
+        # parses them), typed as records type them: code and proto_type_fqn (google/spanner/v1/type.proto).
+        kind, name = text[:-1].split("<", 1)
+        return {"code": kind.upper(), "proto_type_fqn": name.strip().strip("`")}
     base = text.split("(", 1)[0].split("<", 1)[0].strip()
     if base in _POSTGRES_TYPES:
         return dict(_POSTGRES_TYPES[base])
     if base.isupper():
         return {"code": base}
     raise UnsupportedColumnTypeError(f"column type {spanner_type!r} has no mapping in cs_platform yet; report it")
+
+
+def _typed(table: str, column: dict) -> dict:
+    try:
+        return column_type(column["spanner_type"])
+    except UnsupportedColumnTypeError as e:
+        raise UnsupportedColumnTypeError(f"{table}.{column['column_name']}: {e}") from e
 
 
 def watched_tables(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> list[WatchedTable]:
@@ -108,7 +121,7 @@ def watched_tables(database: Database, stream: str, read_timestamp: datetime | N
     tables = []
     for table, chosen in sorted(watched.items()):
         columns = [
-            ColumnType(r["column_name"], column_type(r["spanner_type"]), (table, r["column_name"]) in keys, int(r["ordinal_position"]))
+            ColumnType(r["column_name"], _typed(table, r), (table, r["column_name"]) in keys, int(r["ordinal_position"]))
             for r in schema["columns"]
             if r["table_schema"] in _USER_SCHEMAS and r["table_name"] == table
             and ((table, r["column_name"]) in keys or (r.get("is_generated") != _GENERATED and (chosen is None or r["column_name"] in chosen)))
