@@ -7,6 +7,10 @@ Every encoding that Cloud Spanner or the emulator produces for a valid value is 
   (``"1-01-01T00:00:00Z"``); Spark only parses four-digit years, so the year is padded first;
 - an ARRAY element ``"NULL"`` in a non-STRING array: the emulator's spelling of a NULL element.
 
+UUID and INTERVAL keep their text (``google/spanner/v1/type.proto``: a UUID in lower-case hexadecimal,
+RFC 9562; an INTERVAL as an ISO 8601 duration, ``P1Y2M3DT4H5M6.5S``) as STRING: Spark's interval types
+hold months or day-time, never both as Spanner's does, and Delta tables cannot store them.
+
 PROTO and ENUM columns (a database's proto bundle) keep what Spanner sends (``google/spanner/v1/
 type.proto``: a PROTO value is its serialized message, base64-encoded; an ENUM value is its number,
 in decimal): the mirror holds the message's bytes (BINARY) and the enum's number (BIGINT). Every
@@ -35,10 +39,11 @@ _SCALARS = {
     "DATE": "DATE",
     "TIMESTAMP": "TIMESTAMP",
     "UUID": "STRING",
+    "INTERVAL": "STRING",
     "PROTO": "BINARY",
     "ENUM": "BIGINT",
 }
-_TEXT = {"STRING", "JSON", "UUID"}  # no conversion, so nothing can fail
+_TEXT = {"STRING", "JSON", "UUID", "INTERVAL"}  # no conversion, so nothing can fail
 _BASE64 = {"BYTES", "PROTO"}
 
 
