@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Mapping
 
 from google.cloud.spanner_v1.database import Database
 
@@ -45,7 +46,8 @@ class WatchedTable:
 DEFAULT_RETENTION = timedelta(hours=1)  # version_retention_period when none is set
 MIN_STREAM_RETENTION = timedelta(days=1)  # the shortest retention_period Spanner accepts (and its default)
 _RETENTION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_USER_SCHEMAS = {"", "public"}  # the default schema: GoogleSQL, PostgreSQL
+_DEFAULT_SCHEMAS = {"", "public"}  # GoogleSQL's, PostgreSQL's: its tables go by their bare name
+_SYSTEM_SCHEMAS = {"information_schema", "spanner_sys", "pg_catalog"}
 _PROTO_KINDS = ("PROTO<", "ENUM<")
 _GENERATED = "ALWAYS"  # is_generated of a generated column: change streams do not carry them
 _POSTGRES_TYPES = {
@@ -105,29 +107,37 @@ def watched_tables(database: Database, stream: str, read_timestamp: datetime | N
             f"change stream {stream!r} does not exist in database {database.database_id!r} (it has: "
             f"{', '.join(sorted(streams)) or 'none'}): create it or fix CS_PLATFORM_CHANGE_STREAMS"
         )
-    user_tables = sorted(r["table_name"] for r in schema["tables"] if r["table_schema"] in _USER_SCHEMAS and r["table_type"] == "BASE TABLE")
+    user_tables = sorted(qualified(r) for r in schema["tables"] if _user(r) and r["table_type"] == "BASE TABLE")
     if _yes(streams[stream]["all"]):
         watched = {table: None for table in user_tables}  # None: every column
     else:
-        watched = {r["table_name"]: None if _yes(r["all_columns"]) else set() for r in schema["change_stream_tables"] if r["change_stream_name"] == stream}
+        watched = {qualified(r): None if _yes(r["all_columns"]) else set() for r in schema["change_stream_tables"] if r["change_stream_name"] == stream}
         for r in schema["change_stream_columns"]:
-            if r["change_stream_name"] == stream and watched.get(r["table_name"]) is not None:
-                watched[r["table_name"]].add(r["column_name"])
-    keys = {
-        (r["table_name"], r["column_name"])
-        for r in schema["index_columns"]
-        if r["table_schema"] in _USER_SCHEMAS and r["index_type"] == "PRIMARY_KEY"
-    }
+            if r["change_stream_name"] == stream and watched.get(qualified(r)) is not None:
+                watched[qualified(r)].add(r["column_name"])
+    keys = {(qualified(r), r["column_name"]) for r in schema["index_columns"] if _user(r) and r["index_type"] == "PRIMARY_KEY"}
     tables = []
     for table, chosen in sorted(watched.items()):
         columns = [
             ColumnType(r["column_name"], _typed(table, r), (table, r["column_name"]) in keys, int(r["ordinal_position"]))
             for r in schema["columns"]
-            if r["table_schema"] in _USER_SCHEMAS and r["table_name"] == table
+            if _user(r) and qualified(r) == table
             and ((table, r["column_name"]) in keys or (r.get("is_generated") != _GENERATED and (chosen is None or r["column_name"] in chosen)))
         ]
         tables.append(WatchedTable(table, tuple(sorted(columns, key=lambda c: (not c.is_primary_key, c.ordinal_position)))))
     return tables
+
+
+def qualified(row: Mapping[str, str]) -> str:
+    """A table's name as change records give it: bare in the default schema, ``schema.Table`` in a
+    named one (a schema's tables may share names with the default schema's; Spanner names cannot
+    hold a dot, so the two never collide)."""
+    schema, table = row["table_schema"], row["table_name"]
+    return table if schema in _DEFAULT_SCHEMAS else f"{schema}.{table}"
+
+
+def _user(row: Mapping[str, str]) -> bool:
+    return row["table_schema"].lower() not in _SYSTEM_SCHEMAS
 
 
 def _yes(flag) -> bool:

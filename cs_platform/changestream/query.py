@@ -73,6 +73,21 @@ def quote_identifier(name: str, what: str, dialect: "Dialect | str" = "GOOGLE_ST
     return f'"{name}"' if Dialect(dialect) is Dialect.POSTGRESQL else f"`{name}`"
 
 
+def validate_table(name: str) -> str:
+    """A table's name as change records give it: ``Table``, or ``schema.Table`` in a named schema."""
+    schema, dot, table = name.rpartition(".")
+    if dot:
+        validate_identifier(schema, "schema name")
+    validate_identifier(table, "table name")
+    return name
+
+
+def quote_table(name: str, dialect: "Dialect | str" = "GOOGLE_STANDARD_SQL") -> str:
+    """A table's name (:func:`validate_table`) quoted for SQL part by part: `` `schema`.`Table` ``,
+    ``"schema"."Table"``."""
+    return ".".join(quote_identifier(part, "table name", dialect) for part in validate_table(name).split("."))
+
+
 def validate_heartbeat_millis(millis: int) -> int:
     if isinstance(millis, bool) or not isinstance(millis, int) or not (
         MIN_HEARTBEAT_MILLIS <= millis <= MAX_HEARTBEAT_MILLIS

@@ -14,7 +14,7 @@ from google.cloud import spanner
 from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.connection import database_dialect
-from cs_platform.changestream.query import quote_identifier, validate_identifier
+from cs_platform.changestream.query import quote_table, validate_identifier, validate_table
 
 
 def key_value(value: Any) -> Any:
@@ -35,7 +35,7 @@ class SourceSnapshot:
     def row_count(self, table: str) -> int:
         dialect = database_dialect(self.database)
         with self.database.snapshot(read_timestamp=self.read_timestamp) as snap:
-            return list(snap.execute_sql(f"SELECT COUNT(*) FROM {quote_identifier(table, 'table name', dialect)}"))[0][0]
+            return list(snap.execute_sql(f"SELECT COUNT(*) FROM {quote_table(table, dialect)}"))[0][0]
 
     def existing_keys(self, table: str, key_columns: Sequence[str], keys: Sequence[Sequence]) -> set[tuple]:
         """Which of ``keys`` (primary key values, in key column order) exist at the timestamp."""
@@ -44,4 +44,4 @@ class SourceSnapshot:
         columns = [validate_identifier(c, "key column name") for c in key_columns]
         keyset = spanner.KeySet(keys=[[key_value(v) for v in k] for k in keys])
         with self.database.snapshot(read_timestamp=self.read_timestamp) as snap:
-            return {tuple(r) for r in snap.read(validate_identifier(table, "table name"), columns, keyset)}
+            return {tuple(r) for r in snap.read(validate_table(table), columns, keyset)}

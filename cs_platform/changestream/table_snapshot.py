@@ -26,7 +26,7 @@ from cs_platform.changestream.catalog import WatchedTable, version_retention
 from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.errors import SnapshotTooOldError, WatchedTableMissingError
 from cs_platform.changestream.metadata import utc_now
-from cs_platform.changestream.query import quote_identifier
+from cs_platform.changestream.query import quote_identifier, quote_table
 from cs_platform.changestream.values import read_text
 
 
@@ -75,7 +75,7 @@ def plan_snapshot(database: Database, tables: list[WatchedTable], read_timestamp
     try:
         for table in tables:
             names = ", ".join(quote_identifier(c.name, "column name", dialect) for c in table.columns)
-            sql = f"SELECT {names} FROM {quote_identifier(table.name, 'table name', dialect)}"
+            sql = f"SELECT {names} FROM {quote_table(table.name, dialect)}"
             with _named_errors(read_timestamp, table.name):
                 partitions += [SnapshotPartition(table, batch) for batch in snapshot.generate_query_batches(sql)]
     except BaseException:
