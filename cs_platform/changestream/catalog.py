@@ -70,8 +70,9 @@ def column_type(spanner_type: str) -> dict:
     """``INFORMATION_SCHEMA.COLUMNS.SPANNER_TYPE`` (``ARRAY<STRING(MAX)>``, ``bigint[]``, ...) as the
     type structure change records carry (``{"code": "ARRAY", "array_element_type": {...}}``)."""
     text = spanner_type.strip()
-    if text.upper().startswith("ARRAY<") and text.endswith(">"):
-        return {"code": "ARRAY", "array_element_type": column_type(text[6:-1])}
+    if text.upper().startswith("ARRAY<") and ">" in text:
+        # An annotation after the element type is not a type: ARRAY<FLOAT32>(vector_length=>256).
+        return {"code": "ARRAY", "array_element_type": column_type(text[6 : _closing(text, 5)])}
     if text.endswith("[]"):
         return {"code": "ARRAY", "array_element_type": column_type(text[:-2])}
     if text.upper().startswith(_PROTO_KINDS) and text.endswith(">"):
@@ -85,6 +86,16 @@ def column_type(spanner_type: str) -> dict:
     if base.isupper():
         return {"code": base}
     raise UnsupportedColumnTypeError(f"column type {spanner_type!r} has no mapping in cs_platform yet; report it")
+
+
+def _closing(text: str, opening: int) -> int:
+    """The index of the ``>`` that closes the ``<`` at ``opening`` (element types nest: ARRAY<PROTO<x>>)."""
+    depth = 0
+    for i in range(opening, len(text)):
+        depth += {"<": 1, ">": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise UnsupportedColumnTypeError(f"column type {text!r} has an unclosed '<'; report it")
 
 
 def _typed(table: str, column: dict) -> dict:

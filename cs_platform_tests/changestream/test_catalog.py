@@ -51,6 +51,7 @@ def test_watched_tables_and_columns_follow_the_stream_definition(make_database):
         # Cloud Spanner's spelling of a proto bundle's types (Beam's SpannerSchemaTest uses it too).
         ("PROTO<cs.Card>", {"code": "PROTO", "proto_type_fqn": "cs.Card"}),
         ("ENUM<cs.Suit>", {"code": "ENUM", "proto_type_fqn": "cs.Suit"}),
+        ("ARRAY<FLOAT32>(vector_length=>256)", {"code": "ARRAY", "array_element_type": {"code": "FLOAT32"}}),  # an embedding
         ("ARRAY<PROTO<cs.Card>>", {"code": "ARRAY", "array_element_type": {"code": "PROTO", "proto_type_fqn": "cs.Card"}}),
     ],
 )

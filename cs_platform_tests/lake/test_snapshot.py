@@ -103,20 +103,21 @@ def test_a_commit_at_the_start_is_in_the_snapshot_only(make_database, spark, tmp
 def test_a_table_in_a_named_schema_is_mirrored_apart_from_its_namesake_from_the_snapshot_on(make_database, spark, tmp_path, emulator):
     """Named schemas (CREATE SCHEMA): change records name such a table ``schema.Table``, and so does
     its mirror, from the snapshot at T0 on; the default schema's table of the same bare name keeps
-    its own mirror. Every engine's statement and the source checks quote the two-part name."""
+    its own mirror. Every engine's statement and the source checks quote the two-part name. Its
+    vector column (ARRAY<FLOAT32>(vector_length=>2)) is an array of floats either way."""
     db = make_database([
         "CREATE SCHEMA sch",
         "CREATE TABLE T (Id INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (Id)",
-        "CREATE TABLE sch.T (Id INT64 NOT NULL, V STRING(MAX), W INT64) PRIMARY KEY (Id)",
+        "CREATE TABLE sch.T (Id INT64 NOT NULL, V STRING(MAX), W INT64, E ARRAY<FLOAT32>(vector_length=>2)) PRIMARY KEY (Id)",  # E: an embedding
         "CREATE CHANGE STREAM Both FOR T, sch.T",
     ])
     meta = make_database([])
     with db.batch() as before:
         before.insert("T", ["Id", "V"], [[1, "default"]])
-        before.insert("sch.T", ["Id", "V", "W"], [[1, "named", 7]])
+        before.insert("sch.T", ["Id", "V", "W", "E"], [[1, "named", 7, [0.5, -2.25]]])
     start = start_after(before.committed)
     with db.batch() as after:
-        after.insert("sch.T", ["Id", "V", "W"], [[2, "later", 8]])
+        after.insert("sch.T", ["Id", "V", "W", "E"], [[2, "later", 8, [1.0, 0.125]]])
         after.update("T", ["Id", "V"], [[1, "changed"]])
     landing = LandingStore(str(tmp_path / "landing"))
     end = land_stream(db, ChangeStreamQuery("Both", heartbeat_millis=500), PartitionMetadataStore(meta, "BothMetadata"), start, landing)
@@ -127,8 +128,9 @@ def test_a_table_in_a_named_schema_is_mirrored_apart_from_its_namesake_from_the_
     assert lake.apply_cut(end).mods == 2
     mirrors = lake.mirrors_at_cut()
     assert sorted(tuple(r) for r in mirrors["T"].collect()) == [(1, "changed")]
-    assert sorted(tuple(r) for r in mirrors["sch.T"].collect()) == [(1, "named", 7), (2, "later", 8)]
-    assert sorted(tuple(r) for r in lake.mirrors_at_cut(start)["sch.T"].collect()) == [(1, "named", 7)]
+    assert sorted(tuple(r) for r in mirrors["sch.T"].collect()) == [(1, "named", 7, [0.5, -2.25]), (2, "later", 8, [1.0, 0.125])]
+    assert sorted(tuple(r) for r in lake.mirrors_at_cut(start)["sch.T"].collect()) == [(1, "named", 7, [0.5, -2.25])]
+    assert dict(mirrors["sch.T"].dtypes)["E"] == "array<float>"
     check_readers_agree(lake, end)  # DuckDB, deltalake and Spark SQL through the printed statements
     check = mirrors_match_source(lake, db, "Both", AssetKey(["both", "mirror_rebuild"]))
     assert check.passed and check.metadata["tables"].data["sch.T"]["source_rows"] == 2, check.metadata["tables"].data
