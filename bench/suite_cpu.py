@@ -1,0 +1,108 @@
+"""Where the test suite's CPU goes, test by test: a pytest plugin, and its report.
+
+The suite is CPU-bound on two cores (both workers busy to the end), so its time is its CPU: a test
+that waits costs the other worker nothing, a test that works costs both. Per test, the plugin adds
+to a TSV what the pytest worker used itself, what its Spark JVMs used (its children named java:
+the session's driver, and the Spark Connect server of the worker that started it), what its other
+descendants alive at either end used (emulators, run processes, ``dagster dev``) and what the
+children it reaped used. Processes that lived and died under another parent between the two ends
+(runs forked by a sensor loop's fork server, a killed process tree) are not counted: compare the
+sum with the machine's CPU over the same run. A process that ends during a test (a session's JVM at
+the last test's teardown) shows its whole life under "reaped" and its earlier CPU as a negative
+figure under its own part, so the sums stay right.
+
+    .venv/bin/python -m pytest cs_platform_tests -n 2 --dist loadgroup -p bench.suite_cpu   # writes .bench/suite_cpu.tsv
+    .venv/bin/python bench/suite_cpu.py [.bench/suite_cpu.tsv] [--top 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+TSV = Path(os.environ.get("CS_PLATFORM_SUITE_CPU_TSV", ".bench/suite_cpu.tsv"))
+PARTS = ("python", "jvm", "descendants", "reaped")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command name, CPU seconds so far), from /proc."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:  # ended since the listing
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[int(entry)] = (int(fields[1]), name, (int(fields[11]) + int(fields[12])) / _TICKS)
+    return found
+
+
+def _descendants(processes: dict[int, tuple[int, str, float]], root: int) -> list[int]:
+    children = defaultdict(list)
+    for pid, (parent, _, _) in processes.items():
+        children[parent].append(pid)
+    found, todo = [], [root]
+    while todo:
+        for child in children[todo.pop()]:
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _sample() -> tuple[float, float, float, dict[int, float], float]:
+    processes, me = _processes(), os.getpid()
+    jvm, others = 0.0, {}
+    for pid in _descendants(processes, me):
+        parent, name, cpu = processes[pid]
+        if name == "java" and parent == me:
+            jvm += cpu
+        else:
+            others[pid] = cpu
+    times = os.times()
+    return time.monotonic(), times.user + times.system, jvm, others, times.children_user + times.children_system
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    wall0, own0, jvm0, others0, reaped0 = _sample()
+    yield
+    wall1, own1, jvm1, others1, reaped1 = _sample()
+    # A process that ended during the test: its whole life is in what the worker reaped, so what it
+    # had used before the test comes off its part (a JVM's too: jvm1 no longer holds it).
+    descendants = sum(cpu - others0.get(pid, 0.0) for pid, cpu in others1.items()) - sum(cpu for pid, cpu in others0.items() if pid not in others1)
+    TSV.parent.mkdir(parents=True, exist_ok=True)
+    with TSV.open("a") as out:
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        out.write(f"{worker}\t{wall1 - wall0:.1f}\t{own1 - own0:.1f}\t{jvm1 - jvm0:.1f}\t{descendants:.1f}\t{reaped1 - reaped0:.1f}\t{item.nodeid}\n")
+
+
+def report(path: Path, top: int) -> None:
+    """``name: value`` lines: the suite's wall and CPU by part, then the tests that used the most."""
+    rows = []
+    for line in path.read_text().splitlines():
+        worker, wall, *cpu, test = line.split("\t")
+        rows.append((test, worker, float(wall), dict(zip(PARTS, map(float, cpu)))))
+    print(f"tests: {len(rows)}")
+    print(f"worker_seconds: {sum(r[2] for r in rows):.0f}")
+    for part in PARTS:
+        print(f"cpu_{part}_s: {sum(r[3][part] for r in rows):.0f}")
+    for test, worker, wall, cpu in sorted(rows, key=lambda r: -sum(r[3].values()))[:top]:
+        parts = " ".join(f"{part} {cpu[part]:.0f}" for part in PARTS)
+        print(f"cpu_s {test}: {sum(cpu.values()):.0f} ({parts}; wall {wall:.0f} s on {worker})")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tsv", nargs="?", type=Path, default=TSV)
+    parser.add_argument("--top", type=int, default=15)
+    args = parser.parse_args()
+    report(args.tsv, args.top)
