@@ -200,8 +200,8 @@ def stream_setup(make_database, metadata_database, spanner_front, tmp_path, monk
     streaming mode (``CS_PLATFORM_READ_MODE=streaming``); the front serves the live end from
     settled reads of the emulator, so nothing is lost on the emulator's scan boundaries."""
 
-    def make(ddl: list[str], stream: str) -> StreamSetup:
-        source = make_database(ddl)
+    def make(ddl: list[str], stream: str, proto_descriptors: bytes | None = None) -> StreamSetup:
+        source = make_database(ddl, proto_descriptors=proto_descriptors)
         setup = StreamSetup(source, metadata_database, tmp_path / "landing", monkeypatch, spanner_front.host, stream)
         for name, value in {
             "CS_PLATFORM_SPANNER_PROJECT": PROJECT,

@@ -19,6 +19,7 @@ PySpark and the lake's modules are imported inside the step, not here: every run
 location, and a reader run must not pay for them (``defs.resources.SparkResource``).
 """
 
+import json
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -80,7 +81,8 @@ CHECKS = {
     "typed_values": (
         "Every value under the cut has a value of its column's type, and the quarantine table is empty. "
         "Red when a cut stopped on an untyped value (policy fail) or set a transaction aside (policy "
-        "quarantine) until an operator resolves it (docs/lake.md, Quarantine)."
+        "quarantine) until an operator resolves it (docs/lake.md, Quarantine), or stopped on a column "
+        "whose Spanner type the lake cannot mirror yet (an upgrade, or leaving the column out of the stream, resolves it)."
     ),
     "watermark_lag": (
         "How far the cut (the stream's low watermark) is behind now. Warns beyond "
@@ -179,7 +181,7 @@ def lake_definitions(
         required_resource_keys={"pyspark", "lake", "landing", resource_key},
     )
     def lake_step(context: AssetExecutionContext):
-        from cs_platform.lake.cuts import IncompleteTransactionsError, UntypedValueError
+        from cs_platform.lake.cuts import IncompleteTransactionsError, UnmappedColumnTypeError, UntypedValueError
         from cs_platform.pipeline import keep_cutting
 
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
@@ -202,10 +204,13 @@ def lake_definitions(
         except IncompleteTransactionsError as e:
             yield assets.on_mirrors(_check(BLOCKING_CHECK, False, {"incomplete": e.count, "sample": str(e.missing)}))
             raise Failure(description=str(e), allow_retries=False) from e
-        except UntypedValueError as e:
+        except (UntypedValueError, UnmappedColumnTypeError) as e:  # no retry types them: a fix, an upgrade or a narrower stream does
+            if isinstance(e, UntypedValueError):
+                found = {"untyped_values": len(e.values), "first": "; ".join(v.describe() for v in e.values[:5])}
+            else:
+                found = {"unmapped_columns": len(e.columns), "first": "; ".join(f"{t}.{c}: {json.dumps(k)}" for t, c, k in e.columns[:5])}
             yield assets.on_mirrors(_check(BLOCKING_CHECK, True, {"incomplete": 0}))
-            untyped = {"untyped_values": len(e.values), "first": "; ".join(v.describe() for v in e.values[:5])}
-            yield assets.on_mirrors(_check("typed_values", False, untyped))
+            yield assets.on_mirrors(_check("typed_values", False, found))
             raise Failure(description=str(e), allow_retries=False) from e
         if not taken:
             raise Failure(description=f"stream {stream} has no partitions yet: turn on its partition sensor first")

@@ -83,7 +83,12 @@ class StaleSnapshotError(RuntimeError):
 
 class UnmappedColumnTypeError(RuntimeError):
     """A column under the cut has a Spanner type the lake has no mirror type for; nothing was applied
-    (the changelog keeps its changes, so a cs_platform that maps the type applies them all)."""
+    (the changelog keeps its changes, so a cs_platform that maps the type applies them all).
+    ``columns`` holds (table, column, Spanner type) of each such column."""
+
+    def __init__(self, message: str, columns: list[tuple[str, str, dict]]) -> None:
+        super().__init__(message)
+        self.columns = columns
 
 
 class UntypedValueError(RuntimeError):
@@ -384,7 +389,8 @@ def _refuse_unmapped(types: dict[str, dict[str, dict]], previous: datetime | Non
             f"{len(unmapped)} column(s) changed in ({previous}, {cut}] have a Spanner type the lake cannot "
             f"mirror yet: {named}. The cut was not applied and the changelog keeps every change: upgrade "
             "cs_platform to a version that maps the type (cs_platform.lake.types), or leave the column "
-            "out of the change stream (ALTER CHANGE STREAM ... SET FOR Table(columns))."
+            "out of the change stream (ALTER CHANGE STREAM ... SET FOR Table(columns)).",
+            unmapped,
         )
 
 

@@ -1,7 +1,8 @@
 """The lake assets in Dagster: after sensor-launched runs landed a stream, materializing changelog
 and mirrors brings the mirrors to the stream's cut, and the asset checks pass (complete
 transactions, lag, mirrors vs the source read at the cut); a maintenance pass in between leaves the
-cut readable, so materializing again is a no-op cut whose checks still pass."""
+cut readable, so materializing again is a no-op cut whose checks still pass. A column the lake
+cannot mirror stops the step with its check red."""
 
 from datetime import timedelta
 
@@ -15,6 +16,7 @@ from cs_platform.dev.deadline import load_per_core
 from cs_platform.dev.oracle import check_bank_cut
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.spark import warm_delta
+from cs_platform_tests.changestream.test_value_capture import cards_bundle
 from cs_platform_tests.lake.readers import check_history_at_cut
 
 MIRRORS = AssetKey(["bank_stream", "mirrors"])
@@ -119,3 +121,35 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     assert len(history) == len(recorded)
     (checked,) = [e for e in evaluations if e.check_name == lake_assets.HISTORY_CHECK]
     assert checked.passed and checked.asset_key == HISTORY
+
+
+def test_a_column_the_lake_cannot_mirror_stops_the_lake_step_with_its_check_red(stream_setup, dagster_instance, spark, monkeypatch, tmp_path):
+    """A column added mid-stream whose type the lake has no mirror type for (a proto column as the
+    emulator streams it: its type by bare name, see changestream/test_value_capture.py): the lake
+    step applies nothing, its typed_values check goes red naming the column, and the step fails
+    saying what resolves it (raised with allow_retries=False: no retry maps a type)."""
+    monkeypatch.setenv("CS_PLATFORM_SPARK_MASTER", "local[2]")
+    hands = stream_setup(
+        ["CREATE PROTO BUNDLE (cs.Card, cs.Suit)", "CREATE TABLE Hands (Id INT64 NOT NULL, Name STRING(MAX)) PRIMARY KEY (Id)",
+         "CREATE CHANGE STREAM HandsStream FOR Hands"],
+        "HandsStream", proto_descriptors=cards_bundle(),
+    )
+    start = utc_now()
+    hands.configure(start, start + timedelta(seconds=6))
+    hands.bank.update_ddl(["ALTER TABLE Hands ADD COLUMN Card cs.Card"]).result()
+    hands.bank.run_in_transaction(lambda t: t.execute_update("INSERT INTO Hands (Id, Name, Card) VALUES (1, 'one', NEW cs.Card { name: 'ace' rank: 1 })"))
+    hands.read_until_finished(dagster_instance, timeout_s=120)
+
+    defs = build_definitions()
+    cut_step = [a for a in defs.assets if AssetKey(["hands_stream", "mirrors"]) in a.keys]
+    result = materialize(cut_step, resources=defs.resources, instance=dagster_instance, raise_on_error=False)
+
+    assert not result.success
+    checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert checks["typed_values"].passed is False and checks["complete_transactions_below_low_watermark"].passed
+    assert checks["typed_values"].metadata["unmapped_columns"].value == 1
+    assert checks["typed_values"].metadata["first"].value == 'Hands.Card: {"code": "`cs.Card`"}'
+    [failure] = [e for e in result.all_events if e.event_type is DagsterEventType.STEP_FAILURE]
+    error = failure.step_failure_data
+    assert "Hands.Card" in error.error.message and "upgrade cs_platform" in error.error.message
+    assert Lake(spark, str(tmp_path / "lake" / "HandsStream")).cuts() == [start]  # the snapshot at T0 only: the cut applied nothing
