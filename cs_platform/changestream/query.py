@@ -85,7 +85,9 @@ def validate_table(name: str) -> str:
 def quote_table(name: str, dialect: "Dialect | str" = "GOOGLE_STANDARD_SQL") -> str:
     """A table's name (:func:`validate_table`) quoted for SQL part by part: `` `schema`.`Table` ``,
     ``"schema"."Table"``."""
-    return ".".join(quote_identifier(part, "table name", dialect) for part in validate_table(name).split("."))
+    schema, dot, table = validate_table(name).rpartition(".")
+    quoted = quote_identifier(table, "table name", dialect)
+    return f"{quote_identifier(schema, 'schema name', dialect)}.{quoted}" if dot else quoted
 
 
 def validate_heartbeat_millis(millis: int) -> int:

@@ -3,7 +3,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError, TerminalError
-from cs_platform.changestream.query import ChangeStreamQuery, Dialect
+from cs_platform.changestream.query import ChangeStreamQuery, Dialect, quote_table
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
@@ -50,3 +50,12 @@ def test_postgres_statement():
 def test_end_before_start_is_rejected():
     with pytest.raises(InvalidArgumentError, match="before start"):
         ChangeStreamQuery("S").statement(T0, T0 - timedelta(seconds=1), None)
+
+
+def test_a_table_in_a_named_schema_is_quoted_part_by_part_and_each_part_named_when_invalid():
+    assert quote_table("Order") == "`Order`" and quote_table("sch.Order") == "`sch`.`Order`"
+    assert quote_table("sch.Order", Dialect.POSTGRESQL) == '"sch"."Order"'
+    with pytest.raises(InvalidIdentifierError, match="^schema name 'a b'"):
+        quote_table("a b.Order")
+    with pytest.raises(InvalidIdentifierError, match="^table name 'Or der'"):
+        quote_table("sch.Or der")
