@@ -272,14 +272,17 @@ class StreamSetup:
             self.monkeypatch.setenv(name, value)
 
     def read_short_window(
-        self, instance, seconds: float = 15, alongside: Callable[[], object] | None = None
+        self, instance, seconds: float = 15, alongside: Callable[[], object] | None = None, write_seconds: float | None = None
     ) -> tuple[BankWorkload, datetime]:
-        """Commit transfers for ``seconds`` while the sensor loop reads the stream to its end, and
-        ``alongside`` (if given) runs in a thread from the start, joined at the end."""
-        end = utc_now() + timedelta(seconds=seconds)
-        self.configure(end - timedelta(seconds=seconds), end)
+        """Commit transfers for ``seconds`` (or the first ``write_seconds`` of them) while the sensor
+        loop reads the stream to its end, and ``alongside`` (if given) runs in a thread from the
+        start, joined at the end."""
+        start = utc_now()
+        end = start + timedelta(seconds=seconds)
+        self.configure(start, end)
+        writes_end = min(end - timedelta(seconds=4), start + timedelta(seconds=write_seconds or seconds))
         workload = BankWorkload(self.bank, seed=next(_names))  # new accounts each call: ids never collide
-        threads = [threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=4), 30), daemon=True)]
+        threads = [threading.Thread(target=workload.run_until, args=(writes_end, 30), daemon=True)]
         threads += [threading.Thread(target=alongside, daemon=True)] if alongside else []
         for thread in threads:
             thread.start()

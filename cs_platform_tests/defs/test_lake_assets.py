@@ -72,7 +72,9 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     # (the first test on a worker) can take the whole window, leaving one cut where two are needed.
     warm_delta(spark, str(tmp_path / "warm-up"))
     # A cut takes 2-3 s on a quiet machine and 15 s or more at a load of 4 per core: the window
-    # grows with the load, so the run has time for several cuts either way.
+    # grows with the load, so the run has time for several cuts either way. The writes stop after
+    # 15 s: the cuts after them (nothing new committed) publish the same versions with no MERGE, so
+    # a loaded machine gets a longer window, not more work to load it further.
     window_s = min(90.0, 20 * max(1.0, load_per_core()))
     # A bound, far off: the run ends once the finished stream's end is applied.
     monkeypatch.setenv("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS", str(window_s + 300))
@@ -84,7 +86,7 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
         tags = {lake_assets.LAKE_TAG: "BankStream", lake_assets.KEEP_CUTTING_TAG: "true"}
         runs.append(materialize(cut_step, resources=defs.resources, instance=dagster_instance, tags=tags, raise_on_error=False))
 
-    workload, end = bank_stream.read_short_window(dagster_instance, seconds=window_s, alongside=lake_run)
+    workload, end = bank_stream.read_short_window(dagster_instance, seconds=window_s, alongside=lake_run, write_seconds=15)
 
     (run,) = runs
     assert run.success
