@@ -1,7 +1,7 @@
 """`make stack` end to end: the production shape, every part real, only configuration changed.
 
 The bank on the Spanner emulator (accounts and transfers before the stream's start, partitions that
-split and merge every 3-6 s), 20 seconds of transfers, landing and lake on gs:// through a GCS
+split and merge every 4-8 s), 20 seconds of transfers, landing and lake on gs:// through a GCS
 emulator, lake runs whose tasks run on a Spark standalone cluster's executors, and every run
 launched by dagster-daemon from an instance on PostgreSQL (the run queue with its tag concurrency
 limits). Then:
@@ -32,8 +32,10 @@ from cs_platform.dev.stack import dagster_yaml, production_stack
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
 
-# With the fast churn (3-6 s), three or more splits and merges while the writer writes, and the
-# stream churns on until the test's cut (30 s gave five or more, for a third more reader runs).
+# With the churn of 4-8 s, three splits and three merges or so while the writer writes and the
+# stream churns on until the test's cut (at 3-6 s: four of each, but 22 reader runs to the cut, not
+# 16, each a run process of about 4 CPU-s; at 6-12 s only two merges). 30 s of writes gave five or
+# more, for a third more reader runs.
 WRITE_SECONDS = 20
 
 
@@ -54,7 +56,7 @@ def task_executors(event_logs) -> dict[str, set[str]]:
 @pytest.mark.heavy
 @pytest.mark.xdist_group("processes")
 def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_path, spark, gcs_endpoint):
-    with production_stack(tmp_path, accounts=10, before_start=100, gcs=gcs_endpoint, partition_alive_seconds=3) as stack:
+    with production_stack(tmp_path, accounts=10, before_start=100, gcs=gcs_endpoint, partition_alive_seconds=4) as stack:
         stack.workload.run_until(utc_now() + timedelta(seconds=WRITE_SECONDS), 10, accounts=0)
         stack.await_webserver()  # it loads while the writer writes
         last_commit = stack.workload.committed[-1].commit_timestamp
