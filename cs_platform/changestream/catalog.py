@@ -105,27 +105,17 @@ def _typed(table: str, column: dict) -> dict:
         raise UnsupportedColumnTypeError(f"{table}.{column['column_name']}: {e}") from e
 
 
+# The INFORMATION_SCHEMA views that say which tables a stream watches (the columns' types are in others).
+_MEMBERSHIP_VIEWS = ("change_streams", "change_stream_tables", "change_stream_columns", "tables")
+
+
 def watched_tables(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> list[WatchedTable]:
     """Every table ``stream`` watches and its watched columns (``FOR ALL``: every user table, all its
     columns; a table without a column list: all its columns; a column list: those and the keys), as
     the schema stood at ``read_timestamp`` (now if None): a snapshot at T0 reads the tables of T0,
     even one dropped since."""
-    with database.snapshot(multi_use=True, **({"read_timestamp": read_timestamp} if read_timestamp else {})) as snap:
-        schema = {name: _rows(snap, name, timeout_s) for name in ("change_streams", "change_stream_tables", "change_stream_columns", "tables", "columns", "index_columns")}
-    streams = {r["change_stream_name"]: r for r in schema["change_streams"]}
-    if stream not in streams:
-        raise UnknownChangeStreamError(
-            f"change stream {stream!r} does not exist in database {database.database_id!r} (it has: "
-            f"{', '.join(sorted(streams)) or 'none'}): create it or fix CS_PLATFORM_CHANGE_STREAMS"
-        )
-    user_tables = sorted(qualified(r) for r in schema["tables"] if _user(r) and r["table_type"] == "BASE TABLE")
-    if _yes(streams[stream]["all"]):
-        watched = {table: None for table in user_tables}  # None: every column
-    else:
-        watched = {qualified(r): None if _yes(r["all_columns"]) else set() for r in schema["change_stream_tables"] if r["change_stream_name"] == stream}
-        for r in schema["change_stream_columns"]:
-            if r["change_stream_name"] == stream and watched.get(qualified(r)) is not None:
-                watched[qualified(r)].add(r["column_name"])
+    schema = _read_schema(database, _MEMBERSHIP_VIEWS + ("columns", "index_columns"), read_timestamp, timeout_s)
+    watched = _watched_columns(database, stream, schema)
     keys = {(qualified(r), r["column_name"]) for r in schema["index_columns"] if _user(r) and r["index_type"] == "PRIMARY_KEY"}
     tables = []
     for table, chosen in sorted(watched.items()):
@@ -137,6 +127,36 @@ def watched_tables(database: Database, stream: str, read_timestamp: datetime | N
         ]
         tables.append(WatchedTable(table, tuple(sorted(columns, key=lambda c: (not c.is_primary_key, c.ordinal_position)))))
     return tables
+
+
+def watched_table_names(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> list[str]:
+    """The names of the tables ``stream`` watches at ``read_timestamp`` (:func:`watched_tables`
+    without their columns: four of its six reads, and no column type to map)."""
+    return sorted(_watched_columns(database, stream, _read_schema(database, _MEMBERSHIP_VIEWS, read_timestamp, timeout_s)))
+
+
+
+def _read_schema(database: Database, views: tuple[str, ...], read_timestamp: datetime | None, timeout_s: float) -> dict[str, list[dict]]:
+    with database.snapshot(multi_use=True, **({"read_timestamp": read_timestamp} if read_timestamp else {})) as snap:
+        return {name: _rows(snap, name, timeout_s) for name in views}
+
+
+def _watched_columns(database: Database, stream: str, schema: dict[str, list[dict]]) -> dict[str, set[str] | None]:
+    """Per watched table, its chosen columns (None: every column)."""
+    streams = {r["change_stream_name"]: r for r in schema["change_streams"]}
+    if stream not in streams:
+        raise UnknownChangeStreamError(
+            f"change stream {stream!r} does not exist in database {database.database_id!r} (it has: "
+            f"{', '.join(sorted(streams)) or 'none'}): create it or fix CS_PLATFORM_CHANGE_STREAMS"
+        )
+    user_tables = sorted(qualified(r) for r in schema["tables"] if _user(r) and r["table_type"] == "BASE TABLE")
+    if _yes(streams[stream]["all"]):
+        return {table: None for table in user_tables}  # None: every column
+    watched = {qualified(r): None if _yes(r["all_columns"]) else set() for r in schema["change_stream_tables"] if r["change_stream_name"] == stream}
+    for r in schema["change_stream_columns"]:
+        if r["change_stream_name"] == stream and watched.get(qualified(r)) is not None:
+            watched[qualified(r)].add(r["column_name"])
+    return watched
 
 
 def qualified(row: Mapping[str, str]) -> str:

@@ -3,7 +3,7 @@ snapshot reads, typed as change records type them."""
 
 import pytest
 
-from cs_platform.changestream.catalog import column_type, watched_tables
+from cs_platform.changestream.catalog import column_type, watched_table_names, watched_tables
 from cs_platform.changestream.errors import UnknownChangeStreamError, UnsupportedColumnTypeError
 from cs_platform_tests.changestream.test_value_capture import cards_bundle
 
@@ -37,6 +37,9 @@ def test_watched_tables_and_columns_follow_the_stream_definition(make_database):
     assert [name for name, _, _ in everything["Order"]] == ["Id", "Select", "Note"]
     with pytest.raises(UnknownChangeStreamError, match="'Nope' does not exist .*Chosen, Everything, Whole"):
         watched_tables(db, "Nope")
+    # The names alone (what each cut reads to find tables that joined the stream): the same tables.
+    for stream in ("Chosen", "Whole", "Everything"):
+        assert watched_table_names(db, stream) == [t.name for t in watched_tables(db, stream)]
 
 
 @pytest.mark.parametrize(
@@ -68,3 +71,4 @@ def test_a_column_type_without_a_mapping_is_named_with_its_table_and_column(make
     )
     with pytest.raises(UnsupportedColumnTypeError, match=r"^Hands\.Card: column type '`cs\.Card`' has no mapping"):
         watched_tables(db, "S")
+    assert watched_table_names(db, "S") == ["Hands"]  # which tables: no column type to map
