@@ -7,7 +7,11 @@ past it (DESIGN invariant 2), so once the files listed after reading the cut are
 transaction under the cut is complete (invariant 4). The landing directory and the lake must both
 belong to the stream's source (invariant 7). A lake's first cut is the snapshot of the watched tables
 at the stream's start (``start_from_snapshot``, invariant 8); ``rebuild_mirrors`` takes it again for
-some tables at the latest cut.
+some tables at the latest cut. A table the stream watches since the lake's start (``ALTER CHANGE
+STREAM … SET FOR …``, or a table created under ``FOR ALL``) starts the same way, with no step of
+anyone's: the first cut that finds it watched leaves its changes out and publishes, and a snapshot of
+it read at that cut replaces its mirror (``joined_tables``). Its rows from before it joined come from
+the snapshot, its changes from the next cut on; no published cut holds part of it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Iterator, Sequence
 
-from cs_platform.changestream.catalog import watched_tables
+from cs_platform.changestream.catalog import watched_table_names, watched_tables
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import TerminalError
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
@@ -53,12 +57,18 @@ class LakeAdvance:
     position: StreamPosition
     ingested: IngestResult
     result: CutResult
-    seconds: float  # what it took: ingest, the snapshot if taken, apply and publish
+    seconds: float  # what it took: ingest, the snapshots if taken, apply and publish
     snapshot: SnapshotResult | None = None  # the lake's start, when this advance took it
+    joined: SnapshotResult | None = None  # the tables the stream watches since the lake's start, read at the cut
 
     @property
     def cut(self) -> datetime:
         return self.position.cut
+
+    @property
+    def versions(self) -> dict[str, int]:
+        """The mirror versions published at the cut, the joined tables' included."""
+        return dict(sorted({**self.result.versions, **(self.joined.versions if self.joined else {})}.items()))
 
 
 def ingest_landing(lake: Lake, landing: LandingStore, stream: str, source: SourceIdentity) -> IngestResult:
@@ -80,6 +90,15 @@ def rebuild_mirrors(lake: Lake, target: SpannerTarget, stream: str, tables: Sequ
     if published is None:
         raise NoCutError(f"the lake of {stream} has no cut yet: its first lake run takes the snapshot of every table")
     return take_snapshot(lake, target, stream, published.cut, f"the rebuild of {', '.join(tables)} at the latest cut", tables)
+
+
+def joined_tables(lake: Lake, target: SpannerTarget, stream: str, cut: datetime) -> tuple[str, ...]:
+    """The tables ``stream`` watches at ``cut`` that no published cut has a mirror of (every table
+    watched at the start has one: the snapshot wrote it, rows or not): added since the lake's start."""
+    published = lake.last_published()
+    if published is None:
+        return ()
+    return tuple(name for name in watched_table_names(target.connect(), stream, cut) if name not in published.versions)
 
 
 def take_snapshot(
@@ -115,8 +134,13 @@ def advance_lake(
         return None
     ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
     snapshot = start_from_snapshot(lake, target, stream, store) if lake.last_published() is None else None
-    result = lake.apply_cut(position.cut)
-    return LakeAdvance(position, ingested, result, round(time.monotonic() - started, 2), snapshot)
+    joined = joined_tables(lake, target, stream, position.cut)
+    result = lake.apply_cut(position.cut, snapshot_instead=joined)
+    if joined and result.applied:  # the cut left their changes out: their rows at the cut replace their mirrors
+        joined_snapshot = take_snapshot(lake, target, stream, position.cut, f"the snapshot of {', '.join(joined)}, watched since the lake's start", joined)
+    else:
+        joined_snapshot = None
+    return LakeAdvance(position, ingested, result, round(time.monotonic() - started, 2), snapshot, joined_snapshot)
 
 
 @dataclass(frozen=True)

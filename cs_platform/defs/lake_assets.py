@@ -338,12 +338,14 @@ class LakeAssets:
                 "transactions": result.transactions,
                 "mods": result.mods,
                 "quarantined_transactions": len({v.transaction for v in result.quarantined}),
-                "mirror_versions": MetadataValue.json(result.versions),
+                "mirror_versions": MetadataValue.json(advance.versions),
                 "mirrors_appended": MetadataValue.json(list(result.appended)),  # only inserts: appended, not merged
                 "lag_seconds": lag,
                 "cut_seconds": advance.seconds,
                 "stream_finished": advance.position.finished,
                 **snapshot_metadata(advance.snapshot),
+                # Tables the stream watches since the lake's start: their rows at this cut, read whole.
+                **({"tables_joined": MetadataValue.json(advance.joined.rows)} if advance.joined else {}),
             },
         )
         if self.history is None:
@@ -382,7 +384,8 @@ def describe(advance: "LakeAdvance", number: int) -> str:
     result = advance.result
     return (
         f"cut {number} at {advance.cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
-        f"{result.transactions} transactions, {result.mods} mods, versions {result.versions}, in {advance.seconds:.1f} s"
+        f"{result.transactions} transactions, {result.mods} mods, versions {advance.versions}, in {advance.seconds:.1f} s"
+        + (f"; {', '.join(advance.joined.rows)} joined the stream: read whole at the cut" if advance.joined else "")
     )
 
 

@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
+from typing import Collection
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -218,7 +219,11 @@ class Lake:
         rows = self.changelog.table().where(F.col("commit_timestamp") <= F.lit(upto))
         return rows if after is None else rows.where(F.col("commit_timestamp") > F.lit(after))
 
-    def apply_cut(self, cut: datetime) -> CutResult:
+    def apply_cut(self, cut: datetime, snapshot_instead: Collection[str] = ()) -> CutResult:
+        """Apply every complete transaction in (the last published cut, ``cut``] to the mirrors and
+        publish ``cut``. The changes of the tables in ``snapshot_instead`` are left out: a snapshot
+        read at ``cut`` replaces their mirrors right after (``pipeline``: a table the stream watches
+        since the lake's start), and no published cut holds part of one."""
         cut = plain_datetime(cut)
         published = self.last_published()
         previous = published.cut if published else None
@@ -246,7 +251,10 @@ class Lake:
             types = column_types_by_table(summary.descriptions)
             _refuse_unmapped(types, previous, cut)
             transactions, mods, applied, updated = summary.transactions, summary.mods, changes, summary.updated
-            bad = untyped_values(changes, types)
+            if snapshot_instead:
+                types = {t: c for t, c in types.items() if t not in snapshot_instead}
+                applied = changes.where(~F.col("table_name").isin(sorted(snapshot_instead)))
+            bad = untyped_values(applied, types)
             if bad and self.untyped_policy == "fail":
                 raise UntypedValueError(
                     f"{len(bad)} value(s) committed in ({previous}, {cut}] cannot be typed, so the cut was not "
@@ -256,7 +264,7 @@ class Lake:
                 )
             if bad:
                 self.quarantine.add(changes, bad, cut)
-                applied = changes.where(~F.col("server_transaction_id").isin(sorted({v.transaction for v in bad})))
+                applied = applied.where(~F.col("server_transaction_id").isin(sorted({v.transaction for v in bad})))
                 kept = summarize(applied)
                 transactions, mods, updated = kept.transactions, kept.mods, kept.updated
                 types = {t: c for t, c in types.items() if t in {table for table, _ in kept.descriptions}}

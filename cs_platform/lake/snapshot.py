@@ -8,7 +8,8 @@ mirror, then publishes cut T0 in the manifest, recording every mirror's version.
 A rebuild is the same at the lake's latest cut, for some tables: their mirrors are replaced by their
 rows at that cut and the manifest records their new versions at it; the next cut applies what came
 after. That repairs a drifted mirror, and gives a table added to the stream later
-(``ALTER CHANGE STREAM … SET FOR …``) the rows it had before.
+(``ALTER CHANGE STREAM … SET FOR …``) the rows it had before (``pipeline`` does it at the first cut
+that finds the table watched).
 
 The rows are read by Spark tasks, one per partition Spanner split the read into, all inside one
 read-only transaction (``changestream.table_snapshot``): the snapshot scales with the executors. A

@@ -246,6 +246,24 @@ def test_a_cut_with_nothing_committed_since_the_last_reads_no_changelog_file(lak
     assert lake.cuts() == [T0, later] and balances(lake, later) == {"A": 1}
 
 
+def test_a_cut_leaves_out_the_changes_of_tables_a_snapshot_replaces(lake):
+    """``snapshot_instead`` (a table the stream watches since the lake's start, pipeline.joined_tables):
+    the cut publishes the other tables' changes and no mirror of the left-out table, whose changes
+    stay in the changelog; its transaction is no less applied for the other table."""
+    lake, store = lake
+    transfer = [
+        rec("x", 0, T0, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "7", "UpdatedAt": None})], records=2),
+        rec("x", 1, T0, "Transfers", "INSERT", [({"TransferId": "t"}, {"FromAccount": "B", "ToAccount": "A", "Amount": "7"})], records=2),
+    ]
+    land(store, "p", *transfer, watermark=T0)
+    lake.changelog.ingest(store.files("BankStream"))
+    result = lake.apply_cut(T0, snapshot_instead={"Transfers"})
+    assert result.applied and (result.transactions, result.mods) == (1, 2)
+    assert set(result.versions) == {"Accounts"} and set(lake.last_published().versions) == {"Accounts"}
+    assert balances(lake) == {"A": 7} and not lake.mirror("Transfers").exists()
+    assert lake.changes(None, T0).where("table_name = 'Transfers'").count() == 1
+
+
 def test_parquet_landing_files_of_an_earlier_version_are_still_ingested(lake):
     """Landing wrote Parquet before JSON lines, in files whose names count no rows: an upgraded lake
     run ingests those beside new files, counting their rows by reading them."""
