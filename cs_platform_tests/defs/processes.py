@@ -169,9 +169,9 @@ def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> 
     applying, published = [], []
     apply_cut = cuts.Lake.apply_cut
 
-    def counted(self, cut):
+    def counted(self, cut, **options):
         applying.append(cut)
-        result = apply_cut(self, cut)
+        result = apply_cut(self, cut, **options)
         published.extend([cut] if result.applied else [])
         return result
 
