@@ -16,12 +16,15 @@ the snapshot, its changes from the next cut on; no published cut holds part of i
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Iterator, Sequence
+from typing import Callable, Collection, Iterator, Sequence
+
+from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.catalog import watched_table_names, watched_tables
 from cs_platform.changestream.connection import SpannerTarget
@@ -92,13 +95,11 @@ def rebuild_mirrors(lake: Lake, target: SpannerTarget, stream: str, tables: Sequ
     return take_snapshot(lake, target, stream, published.cut, f"the rebuild of {', '.join(tables)} at the latest cut", tables)
 
 
-def joined_tables(lake: Lake, target: SpannerTarget, stream: str, cut: datetime) -> tuple[str, ...]:
-    """The tables ``stream`` watches at ``cut`` that no published cut has a mirror of (every table
-    watched at the start has one: the snapshot wrote it, rows or not): added since the lake's start."""
-    published = lake.last_published()
-    if published is None:
-        return ()
-    return tuple(name for name in watched_table_names(target.connect(), stream, cut) if name not in published.versions)
+def joined_tables(source: Database, stream: str, cut: datetime, mirrored: Collection[str]) -> tuple[str, ...]:
+    """The tables ``stream`` watches at ``cut`` in ``source`` that are not among ``mirrored`` (the
+    latest published cut's tables: every table watched at the start is, the snapshot wrote its
+    mirror, rows or not): added since the lake's start."""
+    return tuple(name for name in watched_table_names(source, stream, cut) if name not in mirrored)
 
 
 def take_snapshot(
@@ -124,17 +125,26 @@ def take_snapshot(
 
 
 def advance_lake(
-    lake: Lake, landing: LandingStore, store: PartitionMetadataStore, target: SpannerTarget, stream: str, position: StreamPosition | None = None
+    lake: Lake,
+    landing: LandingStore,
+    store: PartitionMetadataStore,
+    target: SpannerTarget,
+    stream: str,
+    position: StreamPosition | None = None,
+    connect: Callable[[], Database] | None = None,
 ) -> LakeAdvance | None:
     """One consistent cut at the stream's cut (``position``, read now if not given), after the
-    snapshot at the stream's start if the lake has no cut yet; None before the stream has partitions."""
+    snapshot at the stream's start if the lake has no cut yet; None before the stream has partitions.
+    ``connect`` returns the source database: a caller that cuts again and again (``keep_cutting``)
+    gives one that connects once; ``target.connect`` (a client and admin calls) otherwise."""
     started = time.monotonic()
     position = position or stream_position(store)  # first the watermark, then the files
     if position is None:
         return None
     ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
-    snapshot = start_from_snapshot(lake, target, stream, store) if lake.last_published() is None else None
-    joined = joined_tables(lake, target, stream, position.cut)
+    published = lake.last_published()
+    snapshot = start_from_snapshot(lake, target, stream, store) if published is None else None
+    joined = joined_tables((connect or target.connect)(), stream, position.cut, (snapshot or published).versions)
     result = lake.apply_cut(position.cut, snapshot_instead=joined)
     if joined and result.applied:  # the cut left their changes out: their rows at the cut replace their mirrors
         joined_snapshot = take_snapshot(lake, target, stream, position.cut, f"the snapshot of {', '.join(joined)}, watched since the lake's start", joined)
@@ -171,6 +181,7 @@ def keep_cutting(
     deadline = time.monotonic() + seconds
     applied: datetime | None = None
     next_cut = -math.inf  # the earliest the next cut may start
+    connect = functools.cache(lambda: target.connect())  # the source, once for the run, not a client and admin calls per cut
     while True:
         now = time.monotonic()
         last = stop.is_set() or now + interval_seconds >= deadline
@@ -179,7 +190,7 @@ def keep_cutting(
             last = True
         cutting = position is not None and (last or (position.cut != applied and now >= next_cut))
         if cutting:
-            advance = advance_lake(lake, landing, store, target, stream, position)
+            advance = advance_lake(lake, landing, store, target, stream, position, connect)
             yield TakenCut(advance, last)
             applied, next_cut = advance.cut, now + interval_seconds
         if last:

@@ -38,7 +38,7 @@ def cut_times(monkeypatch, moves_at: list[float], seconds: float, interval: floa
     monkeypatch.setattr(pipeline, "stream_position", stream_position)
     taken = []
 
-    def advance_lake(lake, landing, store, target, stream, position):
+    def advance_lake(lake, landing, store, target, stream, position, connect):
         taken.append(clock.now)
         clock.now += 0.5  # a cut takes time
         return SimpleNamespace(cut=position.cut)

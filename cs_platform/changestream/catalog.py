@@ -135,7 +135,6 @@ def watched_table_names(database: Database, stream: str, read_timestamp: datetim
     return sorted(_watched_columns(database, stream, _read_schema(database, _MEMBERSHIP_VIEWS, read_timestamp, timeout_s)))
 
 
-
 def _read_schema(database: Database, views: tuple[str, ...], read_timestamp: datetime | None, timeout_s: float) -> dict[str, list[dict]]:
     with database.snapshot(multi_use=True, **({"read_timestamp": read_timestamp} if read_timestamp else {})) as snap:
         return {name: _rows(snap, name, timeout_s) for name in views}
