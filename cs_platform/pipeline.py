@@ -10,8 +10,12 @@ at the stream's start (``start_from_snapshot``, invariant 8); ``rebuild_mirrors`
 some tables at the latest cut. A table the stream watches since the lake's start (``ALTER CHANGE
 STREAM … SET FOR …``, or a table created under ``FOR ALL``) starts the same way, with no step of
 anyone's: the first cut that finds it watched leaves its changes out and publishes, and a snapshot of
-it read at that cut replaces its mirror (``joined_tables``). Its rows from before it joined come from
-the snapshot, its changes from the next cut on; no published cut holds part of it.
+it read at that cut replaces its mirror (``stream_membership``). Its rows from before it joined come
+from the snapshot, its changes from the next cut on; no published cut holds part of it. A table the
+stream watches no more (taken out of it, dropped under ``FOR ALL``, renamed) keeps its mirror as the
+last cut that watched it left it, recorded frozen in every cut from then on; if the stream watches it
+again, it joins again and is read whole. A rename is both: the old name's mirror is frozen, the new
+name's is read whole.
 """
 
 from __future__ import annotations
@@ -95,11 +99,19 @@ def rebuild_mirrors(lake: Lake, target: SpannerTarget, stream: str, tables: Sequ
     return take_snapshot(lake, target, stream, published.cut, f"the rebuild of {', '.join(tables)} at the latest cut", tables)
 
 
-def joined_tables(source: Database, stream: str, cut: datetime, mirrored: Collection[str]) -> tuple[str, ...]:
-    """The tables ``stream`` watches at ``cut`` in ``source`` that are not among ``mirrored`` (the
-    latest published cut's tables: every table watched at the start is, the snapshot wrote its
-    mirror, rows or not): added since the lake's start."""
-    return tuple(name for name in watched_table_names(source, stream, cut) if name not in mirrored)
+@dataclass(frozen=True)
+class StreamMembership:
+    """How the tables a stream watches at a cut differ from the lake's live (not frozen) mirrors."""
+
+    joined: tuple[str, ...]  # watched, with no mirror or a frozen one: read whole at the cut
+    unwatched: tuple[str, ...]  # a live mirror, watched no more: frozen from the cut on
+
+
+def stream_membership(source: Database, stream: str, cut: datetime, live: Collection[str]) -> StreamMembership:
+    """Which tables ``stream`` watches at ``cut`` in ``source`` beside the ``live`` mirrors (every
+    table watched at the lake's start has one, rows or not: the snapshot wrote it)."""
+    watched = set(watched_table_names(source, stream, cut))
+    return StreamMembership(tuple(sorted(watched - set(live))), tuple(sorted(set(live) - watched)))
 
 
 def take_snapshot(
@@ -144,8 +156,10 @@ def advance_lake(
     ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
     published = lake.last_published()
     snapshot = start_from_snapshot(lake, target, stream, store) if published is None else None
-    joined = joined_tables((connect or target.connect)(), stream, position.cut, (snapshot or published).versions)
-    result = lake.apply_cut(position.cut, snapshot_instead=joined)
+    live = snapshot.versions if snapshot else [t for t in published.versions if t not in published.frozen]
+    membership = stream_membership((connect or target.connect)(), stream, position.cut, live)
+    joined = membership.joined
+    result = lake.apply_cut(position.cut, snapshot_instead=joined, unwatched=membership.unwatched)
     if joined and result.applied:  # the cut left their changes out: their rows at the cut replace their mirrors
         joined_snapshot = take_snapshot(lake, target, stream, position.cut, f"the snapshot of {', '.join(joined)}, watched since the lake's start", joined)
     else:

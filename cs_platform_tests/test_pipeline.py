@@ -61,3 +61,16 @@ def test_an_idle_watermark_is_not_cut_again_until_it_moves(monkeypatch):
 def test_a_cut_longer_than_the_interval_is_followed_at_once_if_the_watermark_moved(monkeypatch):
     # Cuts take 0.5 s here: the move at 0.2 is cut when the first cut ends, then the run polls.
     assert cut_times(monkeypatch, [0.2], seconds=3, interval=0.1) == [0.0, 0.5, 3.0]
+
+
+def test_stream_membership_names_tables_that_joined_left_or_were_renamed_and_a_frozen_table_watched_again(make_database):
+    """On the emulator, under FOR ALL: a dropped table is unwatched, a renamed one unwatched under
+    its old name and joined under its new, a created one joined; a table of the same name created
+    again after its mirror was frozen (not among the live mirrors) joins again, to be read whole."""
+    db = make_database([*(f"CREATE TABLE {t} (K INT64 NOT NULL) PRIMARY KEY (K)" for t in "ABC"), "CREATE CHANGE STREAM S FOR ALL"])
+    db.update_ddl(["DROP TABLE B", "ALTER TABLE C RENAME TO C2", "CREATE TABLE D (K INT64 NOT NULL) PRIMARY KEY (K)"]).result(120)
+    now = datetime.now(timezone.utc)
+    assert pipeline.stream_membership(db, "S", now, live=["A", "B", "C"]) == pipeline.StreamMembership(joined=("C2", "D"), unwatched=("B", "C"))
+    db.update_ddl(["CREATE TABLE B (K INT64 NOT NULL) PRIMARY KEY (K)"]).result(120)
+    assert pipeline.stream_membership(db, "S", datetime.now(timezone.utc), live=["A", "C2", "D"]).joined == ("B",)
+    assert pipeline.stream_membership(db, "S", now, live=["A", "C2", "D"]) == pipeline.StreamMembership(joined=(), unwatched=())

@@ -53,7 +53,7 @@ from dagster import (
     sensor,
 )
 
-from cs_platform.changestream.catalog import watched_tables
+from cs_platform.changestream.catalog import watched_table_names
 from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, watch_retention
 from cs_platform.changestream.snapshot import SourceSnapshot
@@ -242,7 +242,7 @@ def lake_definitions(
     def lake_sensor(context: SensorEvaluationContext):
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         cut = stream_cut(change_stream.metadata_store())
-        watched = {t.name for t in watched_tables(change_stream.source_database(), stream)}
+        watched = set(watched_table_names(change_stream.source_database(), stream))
         new = sorted(watched - set(context.instance.get_dynamic_partitions(tables.name)))
         added = [tables.build_add_request(new)] if new else []
         decision = plan_lake_run(context, job.name, stream, cut, interval_seconds)
@@ -346,6 +346,8 @@ class LakeAssets:
                 **snapshot_metadata(advance.snapshot),
                 # Tables the stream watches since the lake's start: their rows at this cut, read whole.
                 **({"tables_joined": MetadataValue.json(advance.joined.rows)} if advance.joined else {}),
+                # Tables the stream watches no more: their mirrors keep their last rows (since: the cut that found it).
+                **({"tables_frozen": MetadataValue.json(frozen_since(result.frozen))} if result.frozen else {}),
             },
         )
         if self.history is None:
@@ -386,7 +388,13 @@ def describe(advance: "LakeAdvance", number: int) -> str:
         f"cut {number} at {advance.cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
         f"{result.transactions} transactions, {result.mods} mods, versions {advance.versions}, in {advance.seconds:.1f} s"
         + (f"; {', '.join(advance.joined.rows)} joined the stream: read whole at the cut" if advance.joined else "")
+        + (f"; {', '.join(left)} left the stream: frozen from this cut on" if (left := [t for t, c in result.frozen.items() if c == advance.cut]) else "")
     )
+
+
+def frozen_since(frozen: dict) -> dict[str, str]:
+    """Frozen mirrors as metadata: each table and the first cut that found it unwatched."""
+    return {table: since.isoformat() for table, since in sorted(frozen.items())}
 
 
 def lag_check(position: StreamPosition, lag: float, max_lag_seconds: float) -> AssetCheckResult:
@@ -463,11 +471,11 @@ def mirrors_match_source(lake: "Lake", database, stream: str, rebuilds: AssetKey
         return _check("mirrors_match_source", True, {"mismatched": "none", "note": "no cut applied yet: nothing has landed"})
     source = SourceSnapshot(database, cut)
     mirrors = lake.mirrors_at_cut(cut)
-    watched = {t.name for t in watched_tables(database, stream, cut)}
+    watched = set(watched_table_names(database, stream, cut))
     problems = sorted(watched - set(mirrors))  # watched, no mirror
     checked = {table: {"mirror_rows": 0, "source_rows": source.row_count(table), "note": "no mirror"} for table in problems}
     # A mirror of a table no longer watched (dropped, or taken out of the stream) keeps its last rows.
-    checked |= {table: {"note": "not watched at the cut: the mirror keeps its last rows"} for table in set(mirrors) - watched}
+    checked |= {table: {"note": "not watched at the cut: the mirror is frozen, it keeps its last rows"} for table in set(mirrors) - watched}
     for table, mirror in ((t, m) for t, m in mirrors.items() if t in watched):
         keys = primary_key(lake.spark, lake.mirror(table))
         sample = sample_keys(mirror, keys, SAMPLE_KEYS)

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from cs_platform.landing.location import Location
 from cs_platform.lake.engines import ENGINES, CutTables, MissingReaderError, history_statements, statements, table_protocols
-from cs_platform.lake.published import CutNotFoundError, lake_location, manifest_log, published_cut, published_cuts
+from cs_platform.lake.published import CutNotFoundError, PublishedCut, lake_location, manifest_log, published_cut, published_cuts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         location = _lake(args.lake)
         if args.command == "cuts":
             for cut in published_cuts(location):
-                print(cut.to_json() if args.json else f"{cut.cut.isoformat()}  {_versions(cut.versions)}")
+                print(cut.to_json() if args.json else f"{cut.cut.isoformat()}  {_versions(cut)}")
         elif args.command == "features":
             for table, p in table_protocols(location).items():
                 print(
@@ -85,8 +85,10 @@ def _timestamp(text: str) -> datetime:
     return value
 
 
-def _versions(versions: dict[str, int]) -> str:
-    return ", ".join(f"{table}@v{version}" for table, version in sorted(versions.items()))
+def _versions(cut: PublishedCut) -> str:
+    """Each mirror at its version; a frozen one (its table left the stream) says since which cut."""
+    frozen = {table: f" (frozen since {since.isoformat()})" for table, since in cut.frozen.items()}
+    return ", ".join(f"{table}@v{version}{frozen.get(table, '')}" for table, version in sorted(cut.versions.items()))
 
 
 if __name__ == "__main__":

@@ -111,6 +111,7 @@ class CutResult:
     quarantined: tuple[UntypedValue, ...] = ()  # values whose transactions the cut set aside
     histories: dict[str, int] = field(default_factory=dict)  # the history tables the cut wrote, at their new versions
     appended: tuple[str, ...] = ()  # the mirrors the cut appended to (only inserts), not merged into
+    frozen: dict[str, datetime] = field(default_factory=dict)  # mirrors of tables the stream no longer watches, and since which cut
 
 
 @dataclass(frozen=True)
@@ -219,22 +220,25 @@ class Lake:
         rows = self.changelog.table().where(F.col("commit_timestamp") <= F.lit(upto))
         return rows if after is None else rows.where(F.col("commit_timestamp") > F.lit(after))
 
-    def apply_cut(self, cut: datetime, snapshot_instead: Collection[str] = ()) -> CutResult:
+    def apply_cut(self, cut: datetime, snapshot_instead: Collection[str] = (), unwatched: Collection[str] = ()) -> CutResult:
         """Apply every complete transaction in (the last published cut, ``cut``] to the mirrors and
         publish ``cut``. The changes of the tables in ``snapshot_instead`` are left out: a snapshot
         read at ``cut`` replaces their mirrors right after (``pipeline``: a table the stream watches
-        since the lake's start), and no published cut holds part of one."""
+        since the lake's start), and no published cut holds part of one. The mirrors of the tables
+        in ``unwatched`` (the stream watches them no more at ``cut``) take the cut's changes, all
+        committed while the stream still watched them, and are recorded frozen from this cut on."""
         cut = plain_datetime(cut)
         published = self.last_published()
         previous = published.cut if published else None
         if (previous is not None and cut <= previous) or not self.changelog.exists():
             return CutResult(cut, previous, applied=False)  # already applied, or nothing landed yet
+        frozen = {**{table: cut for table in unwatched}, **(published.frozen if published else {})}
         latest = self.changelog.latest_commit()
         if published is not None and latest is not None and latest <= previous:
             # Nothing was committed after the previous cut (an idle stream whose watermark moved on
             # heartbeats): the cut publishes the same versions, with no Spark job but its manifest append.
-            self._publish(PublishedCut(cut, published.versions, previous), 0, 0)
-            return CutResult(cut, previous, True, versions=published.versions)
+            self._publish(PublishedCut(cut, published.versions, previous, frozen), 0, 0)
+            return CutResult(cut, previous, True, versions=published.versions, frozen=frozen)
         changes = self.changes(previous, cut).cache()  # the range is scanned once
         try:
             summary = summarize(changes)
@@ -274,8 +278,8 @@ class Lake:
         if not versions and previous is None:
             return CutResult(cut, previous, applied=False)  # nothing under the first cut: no mirror to record
         versions = dict(sorted({**(published.versions if published else {}), **versions}.items()))
-        self._publish(PublishedCut(cut, versions, previous), transactions, mods)
-        return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad), histories, appended)
+        self._publish(PublishedCut(cut, versions, previous, frozen), transactions, mods)
+        return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad), histories, appended, frozen)
 
     def _write_tables(
         self,
@@ -350,7 +354,8 @@ class Lake:
     def publish_snapshot(self, cut: datetime, versions: dict[str, int]) -> None:
         """Record mirrors a snapshot wrote as of ``cut``: the lake's first cut (later cuts apply
         commits after it), or, for mirrors rebuilt at the lake's latest cut, their new versions at
-        that cut (the next cut applies what came after it)."""
+        that cut (the next cut applies what came after it). A frozen mirror a snapshot replaced (its
+        table is watched again) is frozen no more."""
         cut = plain_datetime(cut)
         published = self.last_published()
         if published is None:
@@ -364,7 +369,8 @@ class Lake:
         rows = self._manifest_frame(PublishedCut(cut, versions, published.previous), 0, 0)
         on = " AND ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in ("cut_timestamp", "table_name"))
         version, committed = quoted("mirror_version"), quoted("committed_at")
-        recorded = PublishedCut(cut, dict(sorted({**published.versions, **versions}.items())), published.previous)
+        frozen = {table: since for table, since in published.frozen.items() if table not in versions}
+        recorded = PublishedCut(cut, dict(sorted({**published.versions, **versions}.items())), published.previous, frozen)
         self.manifest.merge(
             self.spark,
             rows,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from cs_platform.landing.location import Location
@@ -34,15 +34,22 @@ class CutNotFoundError(KeyError):
 
 @dataclass(frozen=True)
 class PublishedCut:
-    """A cut as its manifest commit recorded it (the commit's ``userMetadata``)."""
+    """A cut as its manifest commit recorded it (the commit's ``userMetadata``). ``frozen`` names
+    the mirrors of tables the stream no longer watches (taken out of it, dropped, or renamed), each
+    with the first cut that found it so: such a mirror keeps its last rows, at the version the cut
+    names, and no later change reaches it."""
 
     cut: datetime
     versions: dict[str, int]
     previous: datetime | None = None
+    frozen: dict[str, datetime] = field(default_factory=dict)
 
     def to_json(self) -> str:
         previous = self.previous and self.previous.isoformat()
-        return json.dumps({"cut": self.cut.isoformat(), "previous": previous, "versions": self.versions})
+        recorded = {"cut": self.cut.isoformat(), "previous": previous, "versions": self.versions}
+        if self.frozen:
+            recorded["frozen"] = {table: since.isoformat() for table, since in sorted(self.frozen.items())}
+        return json.dumps(recorded)
 
     @classmethod
     def from_json(cls, recorded: dict) -> PublishedCut:
@@ -51,6 +58,7 @@ class PublishedCut:
             datetime.fromisoformat(recorded["cut"]),
             {t: int(v) for t, v in recorded["versions"].items()},
             datetime.fromisoformat(previous) if previous else None,
+            {t: datetime.fromisoformat(since) for t, since in recorded.get("frozen", {}).items()},
         )
 
 

@@ -1,21 +1,28 @@
 """A table added to the stream after its start is mirrored whole by the first cut that watches it,
-with no step of anyone's (``pipeline.joined_tables``: its changes are left out of that cut and its
-rows read at the cut replace its mirror); no published cut holds part of it. A mirror that drifted
-is named by the mirrors_match_source check, and materializing its mirror_rebuild partition (the
-partitions the lake sensor keeps, one per watched table) from the UI makes it equal the source at
-the latest cut again, and the check passes."""
+with no step of anyone's (``pipeline.stream_membership``: its changes are left out of that cut and
+its rows read at the cut replace its mirror); no published cut holds part of it. A table that leaves
+the stream (dropped under FOR ALL) keeps its mirror as the stream last saw it, recorded frozen in
+every cut from then on; a renamed table is both (the old name frozen, the new one read whole). A
+mirror that drifted is named by the mirrors_match_source check, and materializing its mirror_rebuild
+partition (the partitions the lake sensor keeps, one per watched table) from the UI makes it equal
+the source at the latest cut again, and the check passes."""
 
+import re
 import threading
 
 from dagster import AssetKey, build_sensor_context, materialize
 
 from cs_platform.definitions import build_definitions
-from cs_platform.dev.workload import BANK_TABLES
+from cs_platform.dev.workload import BANK_TABLES, BANK_TABLES_DDL
+from cs_platform.lake.cli import main as lake_cli
 from cs_platform.lake.cuts import Lake
 from cs_platform_tests.lake.readers import check_history_at_cut
 from cs_platform.lake.identifiers import quoted, sql_string
 
 BRANCHES = ["BranchId", "City", "Staff"]
+# Watched from the stream's start, then one dropped and one renamed mid-stream (FOR ALL lets a
+# watched table be dropped; a table a stream names cannot be).
+LEAVING = ["Offices", "Regions"]
 
 
 def rows_at(database, cut, table: str, columns: list[str]) -> set:
@@ -28,25 +35,34 @@ def check(result) -> dict:
     return {"passed": evaluation.passed, **{k: v.value for k, v in evaluation.metadata.items()}}
 
 
-def test_a_table_added_later_is_mirrored_whole_and_a_drifted_mirror_is_rebuilt_from_the_ui(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
+def test_tables_joining_leaving_and_renamed_mid_stream_and_a_drifted_mirror_rebuilt_from_the_ui(stream_setup, dagster_instance, spark, tmp_path, monkeypatch, capsys):
+    tables = [f"CREATE TABLE {t} (BranchId INT64 NOT NULL, City STRING(MAX), Staff INT64) PRIMARY KEY (BranchId)" for t in ("Branches", *LEAVING)]
+    bank_stream = stream_setup(
+        BANK_TABLES_DDL + tables + [f"CREATE CHANGE STREAM BankStream FOR {', '.join([*BANK_TABLES, *LEAVING])}"], "BankStream"
+    )
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Branches")  # a rebuild reseeds the table's history
     bank = bank_stream.bank
-    bank.update_ddl(["CREATE TABLE Branches (BranchId INT64 NOT NULL, City STRING(MAX), Staff INT64) PRIMARY KEY (BranchId)"]).result(120)
     with bank.batch() as batch:
-        batch.insert("Branches", BRANCHES, [[i, f"city-{i}", i] for i in range(30)])
+        for table in ("Branches", *LEAVING):
+            batch.insert(table, BRANCHES, [[i, f"city-{i}", i] for i in range(30)])
 
-    def add_branches_once_the_stream_started() -> None:
+    def change_the_schema_once_the_stream_started() -> None:
         while not (bank_stream.store.table_exists() and bank_stream.store.all()):
             started.wait(0.2)
+        with bank.batch() as batch:  # the leaving tables' last changes the stream sees
+            for table in LEAVING:
+                batch.update(table, ["BranchId", "Staff"], [[i, 200 + i] for i in range(3)])
         # SET FOR ALL, not a table list: after SET FOR <list> the emulator's INFORMATION_SCHEMA lists
         # only the tables that list added (Cloud Spanner lists them all).
         bank.update_ddl(["ALTER CHANGE STREAM BankStream SET FOR ALL"]).result(120)
+        bank.update_ddl(["DROP TABLE Offices", "ALTER TABLE Regions RENAME TO Areas"]).result(120)
         with bank.batch() as batch:
             batch.update("Branches", ["BranchId", "Staff"], [[i, 100 + i] for i in range(5)])
+            batch.update("Areas", ["BranchId", "Staff"], [[i, 300 + i] for i in range(4)])
 
     started = threading.Event()
-    adder = threading.Thread(target=add_branches_once_the_stream_started, daemon=True)
+    adder = threading.Thread(target=change_the_schema_once_the_stream_started, daemon=True)
     adder.start()
     bank_stream.read_short_window(dagster_instance, seconds=20)
     adder.join(timeout=120)
@@ -58,7 +74,7 @@ def test_a_table_added_later_is_mirrored_whole_and_a_drifted_mirror_is_rebuilt_f
         requested = sensor.evaluate_tick(context)
     for request in requested.dynamic_partitions_requests:
         dagster_instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    assert sorted(dagster_instance.get_dynamic_partitions("bank_stream_tables")) == sorted([*BANK_TABLES, "Branches"])
+    assert sorted(dagster_instance.get_dynamic_partitions("bank_stream_tables")) == sorted([*BANK_TABLES, "Areas", "Branches"])
 
     cut_step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
     rebuild = [a for a in defs.assets if AssetKey(["bank_stream", "mirror_rebuild"]) in a.keys]
@@ -66,14 +82,22 @@ def test_a_table_added_later_is_mirrored_whole_and_a_drifted_mirror_is_rebuilt_f
     first = check(first_run)
     assert first["passed"] and first["to_rebuild"] == "none", first  # all 30 rows, not the 5 changed
     [mirrors] = [m for m in first_run.asset_materializations_for_node("bank_stream_cut") if m.asset_key == AssetKey(["bank_stream", "mirrors"])]
-    assert mirrors.metadata["tables_joined"].value == {"Branches": 30}
+    assert mirrors.metadata["tables_joined"].value == {"Areas": 30, "Branches": 30}  # Regions renamed: read whole
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"))
     cut = lake.last_cut()
-    branches = lake.mirrors_at_cut(cut)["Branches"]
-    assert {tuple(r) for r in branches.select(*BRANCHES).collect()} == rows_at(bank, cut, "Branches", BRANCHES)
-    # The cut was published first without Branches, then with its snapshot: never with part of it.
-    recorded = [r["versions"] for _, r in lake.manifest.all_recorded() if r.get("cut") == cut.isoformat()]
-    assert [("Branches" in versions) for versions in recorded] == [False, True], recorded
+    frozen = {table: cut.isoformat() for table in LEAVING}
+    assert mirrors.metadata["tables_frozen"].value == frozen
+    at_cut = lake.mirrors_at_cut(cut)
+    for table in ("Branches", "Areas"):
+        assert {tuple(r) for r in at_cut[table].select(*BRANCHES).collect()} == rows_at(bank, cut, table, BRANCHES)
+    last_seen = {(i, f"city-{i}", 200 + i if i < 3 else i) for i in range(30)}
+    for table in LEAVING:  # as the stream last saw them, their last changes included
+        assert {tuple(r) for r in at_cut[table].select(*BRANCHES).collect()} == last_seen, table
+    # The cut was published first without the joined tables, then with their snapshots: never with
+    # part of one; the leaving tables are frozen in both records.
+    recorded = [r for _, r in lake.manifest.all_recorded() if r.get("cut") == cut.isoformat()]
+    assert [sorted({"Areas", "Branches"} & set(r["versions"])) for r in recorded] == [[], ["Areas", "Branches"]], recorded
+    assert [r["frozen"] for r in recorded] == [frozen, frozen]
     check_history_at_cut(lake, cut)  # its history starts from the snapshot too
 
     # Drift: rows deleted from the Accounts mirror by hand, in the version its cut records.
@@ -98,3 +122,8 @@ def test_a_table_added_later_is_mirrored_whole_and_a_drifted_mirror_is_rebuilt_f
     assert {tuple(r) for r in mirrors["Branches"].select(*BRANCHES).collect()} == rows_at(bank, cut, "Branches", BRANCHES)
     assert {tuple(r) for r in mirrors["Accounts"].select("AccountId", "Balance").collect()} == rows_at(bank, cut, "Accounts", ["AccountId", "Balance"])
     check_history_at_cut(lake, cut)  # the rebuilt tables' history is their mirror again
+    # The rebuilds' records keep them frozen (later cuts do too: lake/test_cuts.py), and so does the CLI.
+    assert {t: c.isoformat() for t, c in lake.last_published().frozen.items()} == frozen
+    capsys.readouterr()
+    assert lake_cli(["cuts", str(tmp_path / "lake" / "BankStream")]) == 0
+    assert re.search(rf"Offices@v\d+ \(frozen since {re.escape(frozen['Offices'])}\)", capsys.readouterr().out.splitlines()[-1])

@@ -12,7 +12,7 @@ import pytest
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.lake.cuts import IncompleteTransactionsError, Lake, UnmappedColumnTypeError, UntypedValueError
-from cs_platform.lake.published import cut_of_version
+from cs_platform.lake.published import cut_of_version, published_cuts
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.readers import check_readers_agree
@@ -247,7 +247,7 @@ def test_a_cut_with_nothing_committed_since_the_last_reads_no_changelog_file(lak
 
 
 def test_a_cut_leaves_out_the_changes_of_tables_a_snapshot_replaces(lake):
-    """``snapshot_instead`` (a table the stream watches since the lake's start, pipeline.joined_tables):
+    """``snapshot_instead`` (a table the stream watches since the lake's start, pipeline.stream_membership):
     the cut publishes the other tables' changes and no mirror of the left-out table, whose changes
     stay in the changelog; its transaction is no less applied for the other table."""
     lake, store = lake
@@ -262,6 +262,27 @@ def test_a_cut_leaves_out_the_changes_of_tables_a_snapshot_replaces(lake):
     assert set(result.versions) == {"Accounts"} and set(lake.last_published().versions) == {"Accounts"}
     assert balances(lake) == {"A": 7} and not lake.mirror("Transfers").exists()
     assert lake.changes(None, T0).where("table_name = 'Transfers'").count() == 1
+
+
+def test_a_mirror_whose_table_left_the_stream_stays_frozen_until_a_snapshot_replaces_it(lake):
+    """``unwatched`` (the stream watches the table no more, pipeline.stream_membership): the cut
+    still applies the table's changes, all committed while it was watched, and records its mirror
+    frozen since that cut; every later cut (an idle one too) carries the mark on, until a snapshot
+    replaces the mirror (the table watched again)."""
+    lake, store = lake
+    land(store, "p", rec("t1", 0, T0, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "1", "UpdatedAt": None})]), watermark=T0)
+    lake.changelog.ingest(store.files("BankStream"))
+    assert lake.apply_cut(T0).frozen == {}
+    left, later, idle = T0 + timedelta(seconds=1), T0 + timedelta(seconds=2), T0 + timedelta(seconds=3)
+    land(store, "p", rec("t2", 1, left, "Accounts", "UPDATE", [({"AccountId": "A"}, {"Balance": "2"})]), watermark=left)
+    land(store, "q", rec("t3", 0, later, "Transfers", "INSERT", [({"TransferId": "t"}, {"FromAccount": "B", "ToAccount": "A", "Amount": "1"})]), watermark=later)
+    lake.changelog.ingest(store.files("BankStream"))
+    result = lake.apply_cut(left, unwatched={"Accounts"})
+    assert result.frozen == {"Accounts": left} and balances(lake, left) == {"A": 2}  # its last change applied
+    assert lake.apply_cut(later).frozen == {"Accounts": left} and lake.apply_cut(idle).frozen == {"Accounts": left}
+    assert [c.frozen for c in published_cuts(lake.location)] == [{}, {"Accounts": left}, {"Accounts": left}, {"Accounts": left}]
+    lake.publish_snapshot(idle, {"Accounts": lake.mirror("Accounts").version()})  # watched again: read whole
+    assert lake.last_published().frozen == {} and set(lake.last_published().versions) == {"Accounts", "Transfers"}
 
 
 def test_parquet_landing_files_of_an_earlier_version_are_still_ingested(lake):
