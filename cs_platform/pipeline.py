@@ -15,7 +15,10 @@ from the snapshot, its changes from the next cut on; no published cut holds part
 stream watches no more (taken out of it, dropped under ``FOR ALL``, renamed) keeps its mirror as the
 last cut that watched it left it, recorded frozen in every cut from then on; if the stream watches it
 again, it joins again and is read whole. A rename is both: the old name's mirror is frozen, the new
-name's is read whole.
+name's is read whole. A table whose watched columns DDL changed (a column dropped, added or retyped:
+no change record says so, and Spanner fills an added column's default into every row without one) is
+read whole the same way at the first cut that finds its digest changed (``PublishedCut.shapes``),
+so its mirror takes the table's columns and types at that cut.
 """
 
 from __future__ import annotations
@@ -24,13 +27,13 @@ import functools
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable, Collection, Iterator, Sequence
 
 from google.cloud.spanner_v1.database import Database
 
-from cs_platform.changestream.catalog import watched_table_names, watched_tables
+from cs_platform.changestream.catalog import watched_table_shapes, watched_tables
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import TerminalError
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
@@ -66,7 +69,8 @@ class LakeAdvance:
     result: CutResult
     seconds: float  # what it took: ingest, the snapshots if taken, apply and publish
     snapshot: SnapshotResult | None = None  # the lake's start, when this advance took it
-    joined: SnapshotResult | None = None  # the tables the stream watches since the lake's start, read at the cut
+    joined: SnapshotResult | None = None  # the tables the stream watches since the lake's start, or reshaped, read at the cut
+    reshaped: tuple[str, ...] = ()  # those of them whose watched columns DDL changed
 
     @property
     def cut(self) -> datetime:
@@ -105,13 +109,22 @@ class StreamMembership:
 
     joined: tuple[str, ...]  # watched, with no mirror or a frozen one: read whole at the cut
     unwatched: tuple[str, ...]  # a live mirror, watched no more: frozen from the cut on
+    reshaped: tuple[str, ...] = ()  # a live mirror whose table's watched columns changed: read whole at the cut
+    shapes: dict[str, str] = field(default_factory=dict)  # every watched table's digest at the cut
+
+    @property
+    def read_whole(self) -> tuple[str, ...]:
+        return tuple(sorted((*self.joined, *self.reshaped)))
 
 
-def stream_membership(source: Database, stream: str, cut: datetime, live: Collection[str]) -> StreamMembership:
+def stream_membership(source: Database, stream: str, cut: datetime, live: dict[str, str | None]) -> StreamMembership:
     """Which tables ``stream`` watches at ``cut`` in ``source`` beside the ``live`` mirrors (every
-    table watched at the lake's start has one, rows or not: the snapshot wrote it)."""
-    watched = set(watched_table_names(source, stream, cut))
-    return StreamMembership(tuple(sorted(watched - set(live))), tuple(sorted(set(live) - watched)))
+    table watched at the lake's start has one, rows or not: the snapshot wrote it), each with the
+    digest its rows have (None: not recorded, by a cs_platform before digests: taken as is)."""
+    shapes = watched_table_shapes(source, stream, cut)
+    watched = set(shapes)
+    reshaped = sorted(t for t in watched & set(live) if live[t] not in (None, shapes[t]))
+    return StreamMembership(tuple(sorted(watched - set(live))), tuple(sorted(set(live) - watched)), tuple(reshaped), shapes)
 
 
 def take_snapshot(
@@ -122,6 +135,7 @@ def take_snapshot(
     database = target.connect()
     check_retention(database, at, what)
     watched = {t.name: t for t in watched_tables(database, stream, at)}
+    shapes = watched_table_shapes(database, stream, at)
     unknown = sorted(set(tables or ()) - set(watched))
     if unknown:
         raise UnknownTableError(
@@ -131,7 +145,7 @@ def take_snapshot(
         )
     transaction, plan = plan_snapshot(database, [watched[t] for t in (tables or sorted(watched))], at)
     try:
-        return load_snapshot(lake, target, plan)
+        return load_snapshot(lake, target, plan, {t: shapes[t] for t in tables or watched})
     finally:
         transaction.close()
 
@@ -156,15 +170,17 @@ def advance_lake(
     ingested = ingest_landing(lake, landing, stream, source_identity(target, stream, store))
     published = lake.last_published()
     snapshot = start_from_snapshot(lake, target, stream, store) if published is None else None
-    live = snapshot.versions if snapshot else [t for t in published.versions if t not in published.frozen]
+    recorded = lake.last_published() if snapshot else published  # the start's snapshot records the digests at the start
+    live = {t: recorded.shapes.get(t) for t in recorded.versions if t not in recorded.frozen}
     membership = stream_membership((connect or target.connect)(), stream, position.cut, live)
-    joined = membership.joined
-    result = lake.apply_cut(position.cut, snapshot_instead=joined, unwatched=membership.unwatched)
-    if joined and result.applied:  # the cut left their changes out: their rows at the cut replace their mirrors
-        joined_snapshot = take_snapshot(lake, target, stream, position.cut, f"the snapshot of {', '.join(joined)}, watched since the lake's start", joined)
+    replaced = membership.read_whole
+    result = lake.apply_cut(position.cut, snapshot_instead=replaced, unwatched=membership.unwatched, shapes=membership.shapes)
+    if replaced and result.applied:  # the cut left their changes out: their rows at the cut replace their mirrors
+        what = f"the snapshot of {', '.join(replaced)}, watched since the lake's start or reshaped by DDL"
+        joined_snapshot = take_snapshot(lake, target, stream, position.cut, what, replaced)
     else:
         joined_snapshot = None
-    return LakeAdvance(position, ingested, result, round(time.monotonic() - started, 2), snapshot, joined_snapshot)
+    return LakeAdvance(position, ingested, result, round(time.monotonic() - started, 2), snapshot, joined_snapshot, membership.reshaped)
 
 
 @dataclass(frozen=True)

@@ -63,14 +63,32 @@ def test_a_cut_longer_than_the_interval_is_followed_at_once_if_the_watermark_mov
     assert cut_times(monkeypatch, [0.2], seconds=3, interval=0.1) == [0.0, 0.5, 3.0]
 
 
-def test_stream_membership_names_tables_that_joined_left_or_were_renamed_and_a_frozen_table_watched_again(make_database):
+def test_stream_membership_names_tables_that_joined_left_were_renamed_or_reshaped_and_a_frozen_table_watched_again(make_database):
     """On the emulator, under FOR ALL: a dropped table is unwatched, a renamed one unwatched under
-    its old name and joined under its new, a created one joined; a table of the same name created
+    its old name and joined under its new, a created one joined, a table whose column was dropped or
+    retyped reshaped (not one whose digest was never recorded, nor one whose column only changed
+    length); a table of the same name created
     again after its mirror was frozen (not among the live mirrors) joins again, to be read whole."""
-    db = make_database([*(f"CREATE TABLE {t} (K INT64 NOT NULL) PRIMARY KEY (K)" for t in "ABC"), "CREATE CHANGE STREAM S FOR ALL"])
-    db.update_ddl(["DROP TABLE B", "ALTER TABLE C RENAME TO C2", "CREATE TABLE D (K INT64 NOT NULL) PRIMARY KEY (K)"]).result(120)
+    tables = [f"CREATE TABLE {t} (K INT64 NOT NULL, V STRING(MAX), W INT64) PRIMARY KEY (K)" for t in "ABCEFG"]
+    db = make_database([*tables, "CREATE CHANGE STREAM S FOR ALL"])
+    before = pipeline.stream_membership(db, "S", datetime.now(timezone.utc), live={}).shapes
+    db.update_ddl(
+        [
+            "DROP TABLE B",
+            "ALTER TABLE C RENAME TO C2",
+            "CREATE TABLE D (K INT64 NOT NULL) PRIMARY KEY (K)",
+            "ALTER TABLE E DROP COLUMN W",
+            "ALTER TABLE F ALTER COLUMN V BYTES(MAX)",
+            "ALTER TABLE G ALTER COLUMN V STRING(100)",  # a length: the mirror's type holds none
+        ]
+    ).result(120)
     now = datetime.now(timezone.utc)
-    assert pipeline.stream_membership(db, "S", now, live=["A", "B", "C"]) == pipeline.StreamMembership(joined=("C2", "D"), unwatched=("B", "C"))
+    live = {**before, "A": None}
+    found = pipeline.stream_membership(db, "S", now, live=live)
+    assert (found.joined, found.unwatched, found.reshaped) == (("C2", "D"), ("B", "C"), ("E", "F"))
+    assert found.read_whole == ("C2", "D", "E", "F") and found.shapes["A"] == before["A"]
     db.update_ddl(["CREATE TABLE B (K INT64 NOT NULL) PRIMARY KEY (K)"]).result(120)
-    assert pipeline.stream_membership(db, "S", datetime.now(timezone.utc), live=["A", "C2", "D"]).joined == ("B",)
-    assert pipeline.stream_membership(db, "S", now, live=["A", "C2", "D"]) == pipeline.StreamMembership(joined=(), unwatched=())
+    live = {t: found.shapes[t] for t in ("A", "C2", "D", "E", "F", "G")}
+    assert pipeline.stream_membership(db, "S", datetime.now(timezone.utc), live=live).joined == ("B",)
+    after = pipeline.stream_membership(db, "S", now, live=live)
+    assert (after.joined, after.unwatched, after.reshaped) == ((), (), ())

@@ -6,6 +6,9 @@ unquoted names to lower case.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Mapping
@@ -49,6 +52,7 @@ _RETENTION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DEFAULT_SCHEMAS = {"", "public"}  # GoogleSQL's, PostgreSQL's: its tables go by their bare name
 _SYSTEM_SCHEMAS = {"information_schema", "spanner_sys", "pg_catalog"}
 _PROTO_KINDS = ("PROTO<", "ENUM<")
+_LENGTHS = re.compile(r"\([^()]*\)")  # STRING(MAX), character varying(10), (vector_length=>N)
 _GENERATED = "ALWAYS"  # is_generated of a generated column: change streams do not carry them
 _POSTGRES_TYPES = {
     "bigint": {"code": "INT64"},
@@ -115,18 +119,44 @@ def watched_tables(database: Database, stream: str, read_timestamp: datetime | N
     the schema stood at ``read_timestamp`` (now if None): a snapshot at T0 reads the tables of T0,
     even one dropped since."""
     schema = _read_schema(database, _MEMBERSHIP_VIEWS + ("columns", "index_columns"), read_timestamp, timeout_s)
-    watched = _watched_columns(database, stream, schema)
     keys = {(qualified(r), r["column_name"]) for r in schema["index_columns"] if _user(r) and r["index_type"] == "PRIMARY_KEY"}
     tables = []
-    for table, chosen in sorted(watched.items()):
-        columns = [
-            ColumnType(r["column_name"], _typed(table, r), (table, r["column_name"]) in keys, int(r["ordinal_position"]))
-            for r in schema["columns"]
-            if _user(r) and qualified(r) == table
-            and ((table, r["column_name"]) in keys or (r.get("is_generated") != _GENERATED and (chosen is None or r["column_name"] in chosen)))
-        ]
+    for table, rows in _watched_column_rows(database, stream, schema, keys).items():
+        columns = [ColumnType(r["column_name"], _typed(table, r), (table, r["column_name"]) in keys, int(r["ordinal_position"])) for r in rows]
         tables.append(WatchedTable(table, tuple(sorted(columns, key=lambda c: (not c.is_primary_key, c.ordinal_position)))))
     return tables
+
+
+def watched_table_shapes(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> dict[str, str]:
+    """Per table ``stream`` watches at ``read_timestamp``, a short digest of its watched columns'
+    names and Spanner types as INFORMATION_SCHEMA spells them, lengths left out (no type is mapped,
+    so any column reads): it changes when a watched column is dropped, added or retyped, which no
+    change record says (``pipeline``), not when a length or a vector length changes, which the
+    mirror's types do not hold. Five of :func:`watched_tables`' six reads."""
+    schema = _read_schema(database, _MEMBERSHIP_VIEWS + ("columns",), read_timestamp, timeout_s)
+    shapes = {}
+    for table, rows in _watched_column_rows(database, stream, schema, keys=None).items():
+        columns = sorted((r["column_name"], _LENGTHS.sub("", r["spanner_type"])) for r in rows)
+        shapes[table] = hashlib.sha256(json.dumps(columns).encode()).hexdigest()[:16]
+    return shapes
+
+
+def _watched_column_rows(database: Database, stream: str, schema: dict[str, list[dict]], keys: set[tuple[str, str]] | None) -> dict[str, list[dict]]:
+    """Per watched table (sorted), the ``columns`` rows of the columns its records carry: its
+    primary key (``keys``), and the chosen columns that are not generated. With ``keys`` None, a key
+    a column list leaves out is left out here too: :func:`watched_table_shapes` needs no key, since
+    Spanner drops or retypes no key column."""
+    watched = _watched_columns(database, stream, schema)
+    rows: dict[str, list[dict]] = {table: [] for table in sorted(watched)}
+    for r in schema["columns"]:
+        table = qualified(r) if _user(r) else None
+        if table not in rows:
+            continue
+        chosen = watched[table]
+        is_key = keys is not None and (table, r["column_name"]) in keys
+        if is_key or (r.get("is_generated") != _GENERATED and (chosen is None or r["column_name"] in chosen)):
+            rows[table].append(r)
+    return rows
 
 
 def watched_table_names(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> list[str]:

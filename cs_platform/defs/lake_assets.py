@@ -344,8 +344,10 @@ class LakeAssets:
                 "cut_seconds": advance.seconds,
                 "stream_finished": advance.position.finished,
                 **snapshot_metadata(advance.snapshot),
-                # Tables the stream watches since the lake's start: their rows at this cut, read whole.
-                **({"tables_joined": MetadataValue.json(advance.joined.rows)} if advance.joined else {}),
+                # Tables the stream watches since the lake's start, and tables whose watched columns DDL
+                # changed (dropped, added, retyped): their rows at this cut, read whole.
+                **({"tables_joined": MetadataValue.json(joined)} if (joined := read_whole(advance, reshaped=False)) else {}),
+                **({"tables_reshaped": MetadataValue.json(reshaped)} if (reshaped := read_whole(advance, reshaped=True)) else {}),
                 # Tables the stream watches no more: their mirrors keep their last rows (since: the cut that found it).
                 **({"tables_frozen": MetadataValue.json(frozen_since(result.frozen))} if result.frozen else {}),
             },
@@ -387,9 +389,16 @@ def describe(advance: "LakeAdvance", number: int) -> str:
     return (
         f"cut {number} at {advance.cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
         f"{result.transactions} transactions, {result.mods} mods, versions {advance.versions}, in {advance.seconds:.1f} s"
-        + (f"; {', '.join(advance.joined.rows)} joined the stream: read whole at the cut" if advance.joined else "")
+        + (f"; {', '.join(joined)} joined the stream: read whole at the cut" if (joined := read_whole(advance, reshaped=False)) else "")
+        + (f"; {', '.join(reshaped)} reshaped by DDL: read whole at the cut" if (reshaped := read_whole(advance, reshaped=True)) else "")
         + (f"; {', '.join(left)} left the stream: frozen from this cut on" if (left := [t for t, c in result.frozen.items() if c == advance.cut]) else "")
     )
+
+
+def read_whole(advance: "LakeAdvance", reshaped: bool) -> dict[str, int]:
+    """The rows of the tables the cut read whole: those whose columns DDL changed, or the others (joined)."""
+    rows = advance.joined.rows if advance.joined else {}
+    return {table: n for table, n in rows.items() if (table in advance.reshaped) == reshaped}
 
 
 def frozen_since(frozen: dict) -> dict[str, str]:

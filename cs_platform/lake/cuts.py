@@ -220,24 +220,30 @@ class Lake:
         rows = self.changelog.table().where(F.col("commit_timestamp") <= F.lit(upto))
         return rows if after is None else rows.where(F.col("commit_timestamp") > F.lit(after))
 
-    def apply_cut(self, cut: datetime, snapshot_instead: Collection[str] = (), unwatched: Collection[str] = ()) -> CutResult:
+    def apply_cut(
+        self, cut: datetime, snapshot_instead: Collection[str] = (), unwatched: Collection[str] = (), shapes: dict[str, str] | None = None
+    ) -> CutResult:
         """Apply every complete transaction in (the last published cut, ``cut``] to the mirrors and
         publish ``cut``. The changes of the tables in ``snapshot_instead`` are left out: a snapshot
         read at ``cut`` replaces their mirrors right after (``pipeline``: a table the stream watches
         since the lake's start), and no published cut holds part of one. The mirrors of the tables
         in ``unwatched`` (the stream watches them no more at ``cut``) take the cut's changes, all
-        committed while the stream still watched them, and are recorded frozen from this cut on."""
+        committed while the stream still watched them, and are recorded frozen from this cut on.
+        ``shapes`` (the watched tables' digests at ``cut``) is recorded for every mirror the cut
+        brings to it, not for those in ``snapshot_instead``: theirs comes with their snapshot, so a
+        crash before it leaves the old digest, and the next cut reads them whole again."""
         cut = plain_datetime(cut)
         published = self.last_published()
         previous = published.cut if published else None
         if (previous is not None and cut <= previous) or not self.changelog.exists():
             return CutResult(cut, previous, applied=False)  # already applied, or nothing landed yet
         frozen = {**{table: cut for table in unwatched}, **(published.frozen if published else {})}
+        shapes = {**(published.shapes if published else {}), **{t: s for t, s in (shapes or {}).items() if t not in snapshot_instead}}
         latest = self.changelog.latest_commit()
         if published is not None and latest is not None and latest <= previous:
             # Nothing was committed after the previous cut (an idle stream whose watermark moved on
             # heartbeats): the cut publishes the same versions, with no Spark job but its manifest append.
-            self._publish(PublishedCut(cut, published.versions, previous, frozen), 0, 0)
+            self._publish(PublishedCut(cut, published.versions, previous, frozen, shapes), 0, 0)
             return CutResult(cut, previous, True, versions=published.versions, frozen=frozen)
         changes = self.changes(previous, cut).cache()  # the range is scanned once
         try:
@@ -278,7 +284,7 @@ class Lake:
         if not versions and previous is None:
             return CutResult(cut, previous, applied=False)  # nothing under the first cut: no mirror to record
         versions = dict(sorted({**(published.versions if published else {}), **versions}.items()))
-        self._publish(PublishedCut(cut, versions, previous, frozen), transactions, mods)
+        self._publish(PublishedCut(cut, versions, previous, frozen, shapes), transactions, mods)
         return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad), histories, appended, frozen)
 
     def _write_tables(
@@ -351,15 +357,15 @@ class Lake:
             seed_history(self.spark, history, before, columns, published.cut)
         return apply_history(self.spark, history, before, changes, columns)
 
-    def publish_snapshot(self, cut: datetime, versions: dict[str, int]) -> None:
+    def publish_snapshot(self, cut: datetime, versions: dict[str, int], shapes: dict[str, str] | None = None) -> None:
         """Record mirrors a snapshot wrote as of ``cut``: the lake's first cut (later cuts apply
         commits after it), or, for mirrors rebuilt at the lake's latest cut, their new versions at
         that cut (the next cut applies what came after it). A frozen mirror a snapshot replaced (its
-        table is watched again) is frozen no more."""
+        table is watched again) is frozen no more; ``shapes`` are the digests of the tables read."""
         cut = plain_datetime(cut)
         published = self.last_published()
         if published is None:
-            self._publish(PublishedCut(cut, dict(sorted(versions.items()))), 0, 0)
+            self._publish(PublishedCut(cut, dict(sorted(versions.items())), shapes=shapes or {}), 0, 0)
             return
         if published.cut != cut:
             raise StaleSnapshotError(
@@ -370,7 +376,8 @@ class Lake:
         on = " AND ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in ("cut_timestamp", "table_name"))
         version, committed = quoted("mirror_version"), quoted("committed_at")
         frozen = {table: since for table, since in published.frozen.items() if table not in versions}
-        recorded = PublishedCut(cut, dict(sorted({**published.versions, **versions}.items())), published.previous, frozen)
+        shapes = {**published.shapes, **(shapes or {})}
+        recorded = PublishedCut(cut, dict(sorted({**published.versions, **versions}.items())), published.previous, frozen, shapes)
         self.manifest.merge(
             self.spark,
             rows,

@@ -37,18 +37,23 @@ class PublishedCut:
     """A cut as its manifest commit recorded it (the commit's ``userMetadata``). ``frozen`` names
     the mirrors of tables the stream no longer watches (taken out of it, dropped, or renamed), each
     with the first cut that found it so: such a mirror keeps its last rows, at the version the cut
-    names, and no later change reaches it."""
+    names, and no later change reaches it. ``shapes`` holds, per live mirror, the digest of its
+    table's watched columns its rows have (``catalog.watched_table_shapes``): a table whose digest
+    at a cut differs was reshaped by DDL, and is read whole at that cut (``pipeline``)."""
 
     cut: datetime
     versions: dict[str, int]
     previous: datetime | None = None
     frozen: dict[str, datetime] = field(default_factory=dict)
+    shapes: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         previous = self.previous and self.previous.isoformat()
         recorded = {"cut": self.cut.isoformat(), "previous": previous, "versions": self.versions}
         if self.frozen:
             recorded["frozen"] = {table: since.isoformat() for table, since in sorted(self.frozen.items())}
+        if self.shapes:
+            recorded["shapes"] = dict(sorted(self.shapes.items()))
         return json.dumps(recorded)
 
     @classmethod
@@ -59,6 +64,7 @@ class PublishedCut:
             {t: int(v) for t, v in recorded["versions"].items()},
             datetime.fromisoformat(previous) if previous else None,
             {t: datetime.fromisoformat(since) for t, since in recorded.get("frozen", {}).items()},
+            recorded.get("shapes", {}),
         )
 
 

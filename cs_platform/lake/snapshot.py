@@ -58,9 +58,10 @@ class SnapshotResult:
     seconds: float
 
 
-def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan) -> SnapshotResult:
+def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan, shapes: dict[str, str] | None = None) -> SnapshotResult:
     """Write every table of ``plan`` as its mirror at the plan's timestamp, then record them in the
-    manifest at that cut: the lake's first cut, or its latest one (a rebuild, module docstring)."""
+    manifest at that cut, with ``shapes`` (their digests, ``PublishedCut``): the lake's first cut,
+    or its latest one (a rebuild, module docstring)."""
     began = time.monotonic()
     published = lake.last_published()
     if published is not None and published.cut != plain_datetime(plan.read_timestamp):
@@ -86,7 +87,7 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan) -> Snap
         loaded = dict(zip((t.name for t in plan.tables), pool.map(load, plan.tables)))
     versions = {table: version for table, (version, _) in loaded.items()}
     rows = {table: count for table, (_, count) in loaded.items()}
-    lake.publish_snapshot(plan.read_timestamp, versions)
+    lake.publish_snapshot(plan.read_timestamp, versions, shapes)
     return SnapshotResult(plan.read_timestamp, rows, versions, len(plan.partitions), round(time.monotonic() - began, 2))
 
 

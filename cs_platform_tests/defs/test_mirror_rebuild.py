@@ -3,10 +3,12 @@ with no step of anyone's (``pipeline.stream_membership``: its changes are left o
 its rows read at the cut replace its mirror); no published cut holds part of it. A table that leaves
 the stream (dropped under FOR ALL) keeps its mirror as the stream last saw it, recorded frozen in
 every cut from then on; a renamed table is both (the old name frozen, the new one read whole). A
-mirror that drifted is named by the mirrors_match_source check, and materializing its mirror_rebuild
+table whose columns DDL dropped and retyped is read whole at the first cut after, with the table's
+columns and types. A mirror that drifted is named by the mirrors_match_source check, and materializing its mirror_rebuild
 partition (the partitions the lake sensor keeps, one per watched table) from the UI makes it equal
 the source at the latest cut again, and the check passes."""
 
+import base64
 import re
 import threading
 
@@ -23,6 +25,7 @@ BRANCHES = ["BranchId", "City", "Staff"]
 # Watched from the stream's start, then one dropped and one renamed mid-stream (FOR ALL lets a
 # watched table be dropped; a table a stream names cannot be).
 LEAVING = ["Offices", "Regions"]
+RESHAPED = "Sites"  # watched from the start, then a column dropped and one retyped (STRING to BYTES)
 
 
 def rows_at(database, cut, table: str, columns: list[str]) -> set:
@@ -35,29 +38,31 @@ def check(result) -> dict:
     return {"passed": evaluation.passed, **{k: v.value for k, v in evaluation.metadata.items()}}
 
 
-def test_tables_joining_leaving_and_renamed_mid_stream_and_a_drifted_mirror_rebuilt_from_the_ui(stream_setup, dagster_instance, spark, tmp_path, monkeypatch, capsys):
-    tables = [f"CREATE TABLE {t} (BranchId INT64 NOT NULL, City STRING(MAX), Staff INT64) PRIMARY KEY (BranchId)" for t in ("Branches", *LEAVING)]
+def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mirror_rebuilt_from_the_ui(stream_setup, dagster_instance, spark, tmp_path, monkeypatch, capsys):
+    tables = [f"CREATE TABLE {t} (BranchId INT64 NOT NULL, City STRING(MAX), Staff INT64) PRIMARY KEY (BranchId)" for t in ("Branches", *LEAVING, RESHAPED)]
     bank_stream = stream_setup(
-        BANK_TABLES_DDL + tables + [f"CREATE CHANGE STREAM BankStream FOR {', '.join([*BANK_TABLES, *LEAVING])}"], "BankStream"
+        BANK_TABLES_DDL + tables + [f"CREATE CHANGE STREAM BankStream FOR {', '.join([*BANK_TABLES, *LEAVING, RESHAPED])}"], "BankStream"
     )
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Branches")  # a rebuild reseeds the table's history
     bank = bank_stream.bank
     with bank.batch() as batch:
-        for table in ("Branches", *LEAVING):
+        for table in ("Branches", *LEAVING, RESHAPED):
             batch.insert(table, BRANCHES, [[i, f"city-{i}", i] for i in range(30)])
 
     def change_the_schema_once_the_stream_started() -> None:
         while not (bank_stream.store.table_exists() and bank_stream.store.all()):
             started.wait(0.2)
         with bank.batch() as batch:  # the leaving tables' last changes the stream sees
-            for table in LEAVING:
+            for table in (*LEAVING, RESHAPED):
                 batch.update(table, ["BranchId", "Staff"], [[i, 200 + i] for i in range(3)])
         # SET FOR ALL, not a table list: after SET FOR <list> the emulator's INFORMATION_SCHEMA lists
         # only the tables that list added (Cloud Spanner lists them all).
         bank.update_ddl(["ALTER CHANGE STREAM BankStream SET FOR ALL"]).result(120)
         bank.update_ddl(["DROP TABLE Offices", "ALTER TABLE Regions RENAME TO Areas"]).result(120)
+        bank.update_ddl([f"ALTER TABLE {RESHAPED} DROP COLUMN Staff", f"ALTER TABLE {RESHAPED} ALTER COLUMN City BYTES(MAX)"]).result(120)
         with bank.batch() as batch:
+            batch.update(RESHAPED, ["BranchId", "City"], [[i, f"bytes-{i}".encode()] for i in range(2)])
             batch.update("Branches", ["BranchId", "Staff"], [[i, 100 + i] for i in range(5)])
             batch.update("Areas", ["BranchId", "Staff"], [[i, 300 + i] for i in range(4)])
 
@@ -74,7 +79,7 @@ def test_tables_joining_leaving_and_renamed_mid_stream_and_a_drifted_mirror_rebu
         requested = sensor.evaluate_tick(context)
     for request in requested.dynamic_partitions_requests:
         dagster_instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    assert sorted(dagster_instance.get_dynamic_partitions("bank_stream_tables")) == sorted([*BANK_TABLES, "Areas", "Branches"])
+    assert sorted(dagster_instance.get_dynamic_partitions("bank_stream_tables")) == sorted([*BANK_TABLES, "Areas", "Branches", RESHAPED])
 
     cut_step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
     rebuild = [a for a in defs.assets if AssetKey(["bank_stream", "mirror_rebuild"]) in a.keys]
@@ -87,7 +92,12 @@ def test_tables_joining_leaving_and_renamed_mid_stream_and_a_drifted_mirror_rebu
     cut = lake.last_cut()
     frozen = {table: cut.isoformat() for table in LEAVING}
     assert mirrors.metadata["tables_frozen"].value == frozen
+    assert mirrors.metadata["tables_reshaped"].value == {RESHAPED: 30}  # read whole: its changes had the old columns
     at_cut = lake.mirrors_at_cut(cut)
+    assert [(f.name, f.dataType.simpleString()) for f in at_cut[RESHAPED].schema.fields] == [("BranchId", "bigint"), ("City", "binary")]
+    # The Python client hands BYTES back base64-encoded; the emulator converted each string to its UTF-8 bytes.
+    source = {(k, base64.b64decode(c)) for k, c in rows_at(bank, cut, RESHAPED, ["BranchId", "City"])}
+    assert {(k, bytes(c)) for k, c in at_cut[RESHAPED].collect()} == source and (5, b"city-5") in source
     for table in ("Branches", "Areas"):
         assert {tuple(r) for r in at_cut[table].select(*BRANCHES).collect()} == rows_at(bank, cut, table, BRANCHES)
     last_seen = {(i, f"city-{i}", 200 + i if i < 3 else i) for i in range(30)}
@@ -97,6 +107,8 @@ def test_tables_joining_leaving_and_renamed_mid_stream_and_a_drifted_mirror_rebu
     # part of one; the leaving tables are frozen in both records.
     recorded = [r for _, r in lake.manifest.all_recorded() if r.get("cut") == cut.isoformat()]
     assert [sorted({"Areas", "Branches"} & set(r["versions"])) for r in recorded] == [[], ["Areas", "Branches"]], recorded
+    assert recorded[0]["versions"][RESHAPED] < recorded[1]["versions"][RESHAPED]  # its old mirror, then the one read whole
+    assert recorded[0]["shapes"][RESHAPED] != recorded[1]["shapes"][RESHAPED]
     assert [r["frozen"] for r in recorded] == [frozen, frozen]
     check_history_at_cut(lake, cut)  # its history starts from the snapshot too
 
