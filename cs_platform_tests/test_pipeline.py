@@ -67,11 +67,12 @@ def test_stream_membership_names_tables_that_joined_left_were_renamed_or_reshape
     """On the emulator, under FOR ALL: a dropped table is unwatched, a renamed one unwatched under
     its old name and joined under its new, a created one joined, a table whose column was dropped or
     retyped reshaped (not one whose digest was never recorded, nor one whose column only changed
-    length); a table of the same name created
-    again after its mirror was frozen (not among the live mirrors) joins again, to be read whole."""
+    length); a table of the same name created again after its mirror was frozen (not among the live
+    mirrors) joins again, to be read whole. Each read is at a commit's timestamp after the DDL: the
+    emulator may give a schema change a timestamp past this machine's clock."""
     tables = [f"CREATE TABLE {t} (K INT64 NOT NULL, V STRING(MAX), W INT64) PRIMARY KEY (K)" for t in "ABCEFG"]
     db = make_database([*tables, "CREATE CHANGE STREAM S FOR ALL"])
-    before = pipeline.stream_membership(db, "S", datetime.now(timezone.utc), live={}).shapes
+    before = pipeline.stream_membership(db, "S", committed_after_ddl(db), live={}).shapes
     db.update_ddl(
         [
             "DROP TABLE B",
@@ -82,13 +83,20 @@ def test_stream_membership_names_tables_that_joined_left_were_renamed_or_reshape
             "ALTER TABLE G ALTER COLUMN V STRING(100)",  # a length: the mirror's type holds none
         ]
     ).result(120)
-    now = datetime.now(timezone.utc)
+    now = committed_after_ddl(db)
     live = {**before, "A": None}
     found = pipeline.stream_membership(db, "S", now, live=live)
     assert (found.joined, found.unwatched, found.reshaped) == (("C2", "D"), ("B", "C"), ("E", "F"))
     assert found.read_whole == ("C2", "D", "E", "F") and found.shapes["A"] == before["A"]
     db.update_ddl(["CREATE TABLE B (K INT64 NOT NULL) PRIMARY KEY (K)"]).result(120)
     live = {t: found.shapes[t] for t in ("A", "C2", "D", "E", "F", "G")}
-    assert pipeline.stream_membership(db, "S", datetime.now(timezone.utc), live=live).joined == ("B",)
+    assert pipeline.stream_membership(db, "S", committed_after_ddl(db), live=live).joined == ("B",)
     after = pipeline.stream_membership(db, "S", now, live=live)
     assert (after.joined, after.unwatched, after.reshaped) == ((), (), ())
+
+
+def committed_after_ddl(db) -> datetime:
+    """The timestamp of a commit made now: the schema read at it has every DDL that completed before."""
+    with db.batch() as batch:
+        batch.insert_or_update("A", ["K"], [[0]])
+    return batch.committed
