@@ -140,8 +140,8 @@ def take_snapshot(
     if unknown:
         raise UnknownTableError(
             f"{', '.join(unknown)}: not watched by change stream {stream} at {at.isoformat()} (it watches "
-            f"{', '.join(sorted(watched)) or 'nothing'}): add the table to the stream (ALTER CHANGE STREAM … SET FOR …) "
-            "and rebuild once a cut is past that change"
+            f"{', '.join(sorted(watched)) or 'nothing'}): a table the stream does not watch has no rows to rebuild from (a frozen "
+            "mirror keeps its last ones); add it to the stream (ALTER CHANGE STREAM … SET FOR …) and the first cut after reads it whole"
         )
     transaction, plan = plan_snapshot(database, [watched[t] for t in (tables or sorted(watched))], at)
     try:

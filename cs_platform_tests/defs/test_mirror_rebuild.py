@@ -12,12 +12,15 @@ import base64
 import re
 import threading
 
+import pytest
+
 from dagster import AssetKey, build_sensor_context, materialize
 
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.workload import BANK_TABLES, BANK_TABLES_DDL
 from cs_platform.lake.cli import main as lake_cli
 from cs_platform.lake.cuts import Lake
+from cs_platform.pipeline import UnknownTableError, rebuild_mirrors
 from cs_platform_tests.lake.readers import check_history_at_cut
 from cs_platform.lake.identifiers import quoted, sql_string
 
@@ -126,6 +129,9 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
         assert result.success
         rebuilt = result.asset_materializations_for_node(rebuild[0].op.name)[0].metadata
         assert rebuilt["rows"].value == (30 if table == "Branches" else 20)
+
+    with pytest.raises(UnknownTableError, match="a frozen mirror keeps its last ones"):  # no partition of it: asked through the API
+        rebuild_mirrors(lake, bank_stream.target, "BankStream", ["Offices"])
 
     repaired = check(materialize(cut_step, resources=defs.resources, instance=dagster_instance))
     assert repaired["passed"] and repaired["to_rebuild"] == "none", repaired
