@@ -33,7 +33,7 @@ from typing import Callable, Collection, Iterator, Sequence
 
 from google.cloud.spanner_v1.database import Database
 
-from cs_platform.changestream.catalog import watched_table_shapes, watched_tables
+from cs_platform.changestream.catalog import watched_table_shapes, watched_tables_and_shapes
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import TerminalError
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
@@ -134,8 +134,8 @@ def take_snapshot(
     ``what`` names the snapshot in errors."""
     database = target.connect()
     check_retention(database, at, what)
-    watched = {t.name: t for t in watched_tables(database, stream, at)}
-    shapes = watched_table_shapes(database, stream, at)
+    tables_at, shapes = watched_tables_and_shapes(database, stream, at)
+    watched = {t.name: t for t in tables_at}
     unknown = sorted(set(tables or ()) - set(watched))
     if unknown:
         raise UnknownTableError(

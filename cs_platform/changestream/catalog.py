@@ -118,13 +118,21 @@ def watched_tables(database: Database, stream: str, read_timestamp: datetime | N
     columns; a table without a column list: all its columns; a column list: those and the keys), as
     the schema stood at ``read_timestamp`` (now if None): a snapshot at T0 reads the tables of T0,
     even one dropped since."""
+    return watched_tables_and_shapes(database, stream, read_timestamp, timeout_s)[0]
+
+
+def watched_tables_and_shapes(
+    database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0
+) -> tuple[list[WatchedTable], dict[str, str]]:
+    """:func:`watched_tables` and :func:`watched_table_shapes` from one read of the schema (what a
+    snapshot records of the tables it reads)."""
     schema = _read_schema(database, _MEMBERSHIP_VIEWS + ("columns", "index_columns"), read_timestamp, timeout_s)
     keys = {(qualified(r), r["column_name"]) for r in schema["index_columns"] if _user(r) and r["index_type"] == "PRIMARY_KEY"}
     tables = []
     for table, rows in _watched_column_rows(database, stream, schema, keys).items():
         columns = [ColumnType(r["column_name"], _typed(table, r), (table, r["column_name"]) in keys, int(r["ordinal_position"])) for r in rows]
         tables.append(WatchedTable(table, tuple(sorted(columns, key=lambda c: (not c.is_primary_key, c.ordinal_position)))))
-    return tables
+    return tables, _shapes(database, stream, schema)
 
 
 def watched_table_shapes(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> dict[str, str]:
@@ -133,7 +141,10 @@ def watched_table_shapes(database: Database, stream: str, read_timestamp: dateti
     so any column reads): it changes when a watched column is dropped, added or retyped, which no
     change record says (``pipeline``), not when a length or a vector length changes, which the
     mirror's types do not hold. Five of :func:`watched_tables`' six reads."""
-    schema = _read_schema(database, _MEMBERSHIP_VIEWS + ("columns",), read_timestamp, timeout_s)
+    return _shapes(database, stream, _read_schema(database, _MEMBERSHIP_VIEWS + ("columns",), read_timestamp, timeout_s))
+
+
+def _shapes(database: Database, stream: str, schema: dict[str, list[dict]]) -> dict[str, str]:
     shapes = {}
     for table, rows in _watched_column_rows(database, stream, schema, keys=None).items():
         columns = sorted((r["column_name"], _LENGTHS.sub("", r["spanner_type"])) for r in rows)

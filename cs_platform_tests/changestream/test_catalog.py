@@ -3,7 +3,7 @@ snapshot reads, typed as change records type them."""
 
 import pytest
 
-from cs_platform.changestream.catalog import column_type, watched_table_names, watched_tables
+from cs_platform.changestream.catalog import column_type, watched_table_names, watched_table_shapes, watched_tables, watched_tables_and_shapes
 from cs_platform.changestream.errors import UnknownChangeStreamError, UnsupportedColumnTypeError
 from cs_platform_tests.changestream.test_value_capture import cards_bundle
 
@@ -40,6 +40,8 @@ def test_watched_tables_and_columns_follow_the_stream_definition(make_database):
     # The names alone (what each cut reads to find tables that joined the stream): the same tables.
     for stream in ("Chosen", "Whole", "Everything"):
         assert watched_table_names(db, stream) == [t.name for t in watched_tables(db, stream)]
+        # A snapshot records the digests each cut compares with: read either way, they must agree.
+        assert watched_tables_and_shapes(db, stream)[1] == watched_table_shapes(db, stream)
 
 
 @pytest.mark.parametrize(
