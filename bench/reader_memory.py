@@ -1,4 +1,5 @@
-"""Peak memory of one reader run against the length of its read: 10k, 100k and 1M mods.
+"""Peak memory of one reader run against the length of its read (10k, 100k and 1M mods), and of
+one that reads a single transaction of 80,000 mods.
 
 On a private emulator whose partitions never churn (so one partition holds all the data), a table
 gets 1M rows in 500-row transactions; the commit times after 10k, 100k and 1M rows are the ends of
@@ -8,12 +9,22 @@ process as Dagster's run launcher starts it. The peak RSS (ru_maxrss) of the run
 is read when it exits. Baseline in the same run: 100k mods landed as one chunk (what every run did
 before reads were landed in chunks of CS_PLATFORM_LANDING_CHUNK_MODS).
 
-    .venv/bin/python bench/reader_memory.py [--sizes 10000 100000 1000000]
+The transaction (``--transaction-mods``, default 80,000) inserts rows into eight tables, committed
+after the sized reads' data: the emulator writes a change record per table, so the reader gets
+eight records of 10,000 mods each, which a chunk of 20,000 mods cannot hold whole. Its read is
+measured at the defaults, which land the transaction in pieces, and as one chunk (the baseline, in
+the same run: what a run did before pieces, holding the transaction whole). The emulator takes
+about 100 s to commit it (load 2). Cloud Spanner would refuse it as one commit (80,000 mutations
+a commit, and an insert counts one per column); it is the largest number of mods the issue names.
+
+    .venv/bin/python bench/reader_memory.py [--sizes 10000 100000 1000000] [--transaction-mods 80000]
 
 Prints ``rss_mb_10k``, ``rss_mb_100k``, ``rss_mb_1m`` (goal: at most 200 for 10k: a reader run
 loads neither PySpark nor Delta), ``rss_growth_1m_over_10k`` (goal: at most 1.5), the baseline
-``rss_mb_100k_one_chunk``, and each size's ``start_to_first_record_s`` (from the run process's
-launch to the first record it read: imports, Dagster's run start, the first query).
+``rss_mb_100k_one_chunk``, each size's ``start_to_first_record_s`` (from the run process's
+launch to the first record it read: imports, Dagster's run start, the first query), and
+``rss_mb_80k_txn`` with ``rss_80k_txn_over_10k`` (goal: at most 1.5) and the baseline
+``rss_mb_80k_txn_one_chunk``.
 """
 
 from __future__ import annotations
@@ -39,12 +50,15 @@ from cs_platform.dev.emulator import SpannerEmulator
 from cs_platform.dev.workload import create_database, create_instance
 
 PROJECT, INSTANCE, STREAM = "bench", "bench", "EventStream"
+BATCH_TABLES = [f"Batch{i}" for i in range(8)]  # what the one large transaction writes
 DDL = [
     "CREATE TABLE Events (Id INT64 NOT NULL, Kind STRING(32), Amount INT64, Note STRING(MAX)) PRIMARY KEY (Id)",
-    f"CREATE CHANGE STREAM {STREAM} FOR Events",
+    *(f"CREATE TABLE {t} (Id INT64 NOT NULL, Kind STRING(32), Amount INT64, Note STRING(MAX)) PRIMARY KEY (Id)" for t in BATCH_TABLES),
+    f"CREATE CHANGE STREAM {STREAM} FOR Events, {', '.join(BATCH_TABLES)}",
 ]
 JOB, PARTITIONS, ASSET = "event_stream_read_partition", "event_stream_partitions", AssetKey(["event_stream", "landed_changes"])
 ROWS_PER_COMMIT = 500
+ONE_CHUNK = 1_000_000  # CS_PLATFORM_LANDING_CHUNK_MODS at its largest: the baselines' reads land as one chunk
 RUN = """
 import sys
 from dagster import DagsterInstance
@@ -68,6 +82,17 @@ def write(database, total: int, marks: list[int]) -> dict[int, object]:
         if written % 100_000 == 0:
             print(f"# wrote {written:,} rows in {time.monotonic() - began:.0f}s", flush=True)
     return ends
+
+
+def write_transaction(database, mods: int):
+    """One transaction of ``mods`` inserts over the batch tables; returns a time just after it."""
+    began = time.monotonic()
+    with database.batch() as batch:
+        for i, table in enumerate(BATCH_TABLES):
+            ids = range(i, mods, len(BATCH_TABLES))
+            batch.insert(table, ["Id", "Kind", "Amount", "Note"], [[n, "batch", n, f"note {n}"] for n in ids])
+    print(f"# committed one transaction of {mods:,} mods in {time.monotonic() - began:.0f}s", flush=True)
+    return batch.committed + timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True)
@@ -132,6 +157,7 @@ def label(n: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--transaction-mods", type=int, default=80_000)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     sizes = sorted(args.sizes)
@@ -149,12 +175,21 @@ def main() -> None:
             rss[n] = run.peak_rss_mb
             print(f"rss_mb_{label(n)}: {rss[n]:.0f}", flush=True)
             print(f"start_to_first_record_s_{label(n)}: {run.start_to_first_record_s:.2f}  # load {os.getloadavg()[0]:.1f}", flush=True)
-        baseline = measure(instance, emulator, Path(tmp), start, ends[baseline_size], f"one-{label(baseline_size)}", 10**9)
+        baseline = measure(instance, emulator, Path(tmp), start, ends[baseline_size], f"one-{label(baseline_size)}", ONE_CHUNK)
         assert baseline.mods == baseline_size
         one_chunk = baseline.peak_rss_mb
+        txn, after = label(args.transaction_mods), ends[sizes[-1]]
+        txn_end = write_transaction(database, args.transaction_mods)
+        for name, chunk_mods in ((f"rss_mb_{txn}_txn", None), (f"rss_mb_{txn}_txn_one_chunk", ONE_CHUNK)):
+            run = measure(instance, emulator, Path(tmp), after, txn_end, name.replace("_", "-"), chunk_mods)
+            assert run.mods == args.transaction_mods, f"the runs read {run.mods} mods, expected {args.transaction_mods}"
+            rss[name] = run.peak_rss_mb
+            print(f"{name}: {run.peak_rss_mb:.0f}  # load {os.getloadavg()[0]:.1f}", flush=True)
     print(f"rss_growth_{label(sizes[-1])}_over_{label(sizes[0])}: {rss[sizes[-1]] / rss[sizes[0]]:.2f}")
     print(f"rss_mb_{label(baseline_size)}_one_chunk: {one_chunk:.0f}  # baseline: the same read landed as one chunk")
     print(f"rss_one_chunk_over_chunked_{label(baseline_size)}: {one_chunk / rss[baseline_size]:.2f}")
+    print(f"rss_{txn}_txn_over_{label(sizes[0])}: {rss[f'rss_mb_{txn}_txn'] / rss[sizes[0]]:.2f}")
+    print(f"rss_{txn}_txn_one_chunk_over_pieces: {rss[f'rss_mb_{txn}_txn_one_chunk'] / rss[f'rss_mb_{txn}_txn']:.2f}")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,13 @@ the query completes. W is never inside a transaction: a transaction's records in
 one commit timestamp, and W only passes a timestamp once a later record, a heartbeat or the end
 proves that timestamp complete.
 
+One exception bounds memory: when the mods of one commit timestamp T alone (a huge transaction)
+fill a chunk, the chunk is handed out before T is complete, holding the first n mods of T that the
+partition returns (``PartitionBatch.mods_past_watermark`` = n, counted from T's first mod), with
+its watermark held at T - 1 µs. The next chunk starts at T; so does a re-read after a crash or a
+retry, which returns T's mods again in the same order, so "the first n mods of T" names the same
+mods in every read (docs/reader.md, "Huge transactions").
+
 Both partition modes are read (docs/reader.md, "Both partition modes"): an IMMUTABLE_KEY_RANGE
 partition ends at its child partitions record; a MUTABLE_KEY_RANGE one announces new partitions with
 start records as it goes on, and ends at its end record.
@@ -120,6 +127,10 @@ class PartitionBatch:
     retries: int = 0
     read_started_at: datetime | None = None  # wall clock when the first query was sent
     first_response_s: float | None = None  # seconds from then to the first record of any kind
+    # 0: the batch holds nothing committed after its watermark. n > 0: it also holds mods committed
+    # at watermark + 1 µs, the first n of them this partition returns (the last of those it holds is
+    # the n-th): that commit timestamp's mods outgrew a chunk and are handed out in pieces.
+    mods_past_watermark: int = 0
 
     @property
     def mod_count(self) -> int:
@@ -145,34 +156,50 @@ class _Progress:
     first_response_s: float | None = None
     chunk_began: float = field(default_factory=time.monotonic)  # when the last chunk was taken (or the read began)
     chunked: bool = False  # a chunk was taken in this read
+    # Mods at watermark + 1 µs handed out in pieces so far, counted from that timestamp's first mod
+    # (see the module docstring): 0 when no piece is open.
+    pieces_mods: int = 0
     # A replay leaves the metadata table alone: its children were recorded by the first read, and
     # cleanup may have removed them since (inserting them again would read them again).
     record_children: bool = True
 
     def drop_unsafe_records(self) -> None:
-        """Before a retry, drop records past the watermark: the retry returns them again."""
+        """Before a retry, drop records past the watermark: the retry returns them again, from the
+        first mod at watermark + 1 µs, so a piece count open there starts again too."""
         self.records = [r for r in self.records if r.commit_timestamp <= self.watermark]
         self.mods = sum(len(r.mods) for r in self.records)
+        self.pieces_mods = 0
 
-    def take_safe_records(self) -> list[DataChangeRecord]:
-        """Hand out the records at or below the watermark (every record up to it is among them);
-        keep the rest, which share the latest commit timestamp (more of it may follow)."""
+    def take_records(self, chunk_mods: int | None) -> tuple[list[DataChangeRecord], int]:
+        """Hand out the records at or below the watermark (every record up to it is among them) and
+        keep the rest, which share the latest commit timestamp (more of it may follow); or, when
+        none is safe and that timestamp's records alone hold ``chunk_mods`` mods, hand them all out
+        as a piece. Returns the records and the batch's ``mods_past_watermark``."""
         safe = [r for r in self.records if r.commit_timestamp <= self.watermark]
-        self.records = [r for r in self.records if r.commit_timestamp > self.watermark]
-        self.mods = sum(len(r.mods) for r in self.records)
-        self.chunk_start = self.watermark + ONE_MICROSECOND
+        if self.watermark >= self.chunk_start:  # the timestamp handed out in pieces (if any) is complete
+            self.pieces_mods = 0
+        if not safe and chunk_mods and self.mods >= chunk_mods:
+            piece, self.records, self.mods = self.records, [], 0
+            self.pieces_mods += sum(len(r.mods) for r in piece)
+            handed_out = self.pieces_mods
+        else:
+            self.records = [r for r in self.records if r.commit_timestamp > self.watermark]
+            self.mods = sum(len(r.mods) for r in self.records)
+            piece, handed_out = safe, 0
+        self.chunk_start = self.watermark + ONE_MICROSECOND  # after a piece: the open timestamp
         self.chunk_began, self.chunked = time.monotonic(), True
-        return safe
+        return piece, handed_out
 
     def chunk_due(self, chunk_mods: int | None, interval: timedelta | None) -> bool:
-        """A chunk is due once ``chunk_mods`` mods are safe below the watermark, or ``interval``
-        after the last one if the watermark moved since (then it may hold heartbeats only: the
-        watermark alone moves). The read's first chunk is due as soon as its watermark is within
-        ``interval`` of now: a partition that was not being read (a new child of a split or a
-        merge, or one a rotation resumes) is what holds every cut back, so it lands once it
-        has caught up, not an interval after its run started."""
-        if chunk_mods and self.mods >= chunk_mods and self.records[0].commit_timestamp <= self.watermark:
-            return True  # records arrive in commit timestamp order: the first is safe if any is
+        """A chunk is due once ``chunk_mods`` mods are read (those safe below the watermark, or, if
+        none is, those of the one open commit timestamp, as a piece), or ``interval`` after the last
+        one if the watermark moved since (then it may hold heartbeats only: the watermark alone
+        moves). The read's first chunk is due as soon as its watermark is within ``interval`` of
+        now: a partition that was not being read (a new child of a split or a merge, or one a
+        rotation resumes) is what holds every cut back, so it lands once it has caught up, not an
+        interval after its run started."""
+        if chunk_mods and self.mods >= chunk_mods:
+            return True
         if interval is None or self.watermark < self.chunk_start:
             return False
         if not self.chunked and utc_now() - self.watermark <= interval:
@@ -305,7 +332,7 @@ class PartitionReader:
         """Query ``[query_start, query_end]``: in one streaming query, or in polled windows (``tail``)."""
         progress = _Progress(watermark=watermark, chunk_start=query_start, record_children=not replay)
         read_started_at, began = utc_now(), time.monotonic()
-        chunk = functools.partial(self._chunk, partition, query_end, progress, read_started_at)
+        chunk = functools.partial(self._chunk, partition, query_end, progress, read_started_at, chunk_mods)
         span: timedelta | None = None  # set once a window's result was too large for the server
         while True:
             window_end = min(self.tail.window_end(utc_now(), query_end), utc_now() + MAX_QUERY_AHEAD)
@@ -343,14 +370,22 @@ class PartitionReader:
         return span
 
     def _chunk(
-        self, partition: PartitionMetadata, query_end: datetime, progress: _Progress, read_started_at: datetime, finished: bool
+        self,
+        partition: PartitionMetadata,
+        query_end: datetime,
+        progress: _Progress,
+        read_started_at: datetime,
+        chunk_mods: int | None,
+        finished: bool,
     ) -> PartitionBatch:
         query_start = progress.chunk_start
+        records, mods_past_watermark = progress.take_records(chunk_mods)
         batch = PartitionBatch(
             partition_token=partition.token,
             query_start=query_start,
             query_end=query_end,
-            records=tuple(progress.take_safe_records()),
+            records=tuple(records),
+            mods_past_watermark=mods_past_watermark,
             children=tuple(progress.children.values()) if finished else (),
             watermark=progress.watermark,
             finished=finished,
@@ -367,7 +402,7 @@ class PartitionReader:
             batch.mod_count,
             batch.heartbeats,
             f", {len(batch.children)} children" if finished else " (a chunk)",
-            batch.watermark.isoformat(),
+            batch.watermark.isoformat() + (f" (+{mods_past_watermark} mods after it: a piece)" if mods_past_watermark else ""),
             ", partition finished" if finished else "",
         )
         return batch
@@ -393,7 +428,7 @@ class PartitionReader:
                     if progress.first_response_s is None:
                         progress.first_response_s = time.monotonic() - began
                     self._apply(partition, record, progress)
-                    if progress.chunk_due(chunk_mods, chunk_interval):
+                    while progress.chunk_due(chunk_mods, chunk_interval):  # what a chunk leaves may fill a piece
                         yield
                 return
             except TransientError as e:

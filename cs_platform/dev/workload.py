@@ -168,6 +168,31 @@ class BankWorkload:
             CommittedMod("AuditEvents", key_json(EventId=event), "INSERT"),
         )
 
+    def audit_all(self, events: int) -> None:
+        """One large transaction over the three tables: ``events`` audit events and as many transfers
+        of 0 between accounts, and every account's ``UpdatedAt`` touched (balances stay as they
+        are, so the bank's sum holds): ``2 x events + accounts`` mods, the shape of a nightly batch
+        job. Cloud Spanner takes up to 80,000 mutations a commit; the emulator writes a few
+        thousand rows a commit in seconds when a stream watches them."""
+        accounts, now = sorted(self.balances), _now()
+        transfers = [str(uuid.UUID(int=self._random.getrandbits(128))) for _ in range(events)]
+        audits = [str(uuid.UUID(int=self._random.getrandbits(128))) for _ in range(events)]
+        pairs = [(accounts[i % len(accounts)], accounts[(i + 1) % len(accounts)]) for i in range(events)]
+        with self.database.batch() as batch:
+            batch.update("Accounts", ["AccountId", "Balance", "UpdatedAt"], [[a, self.balances[a], now] for a in accounts])
+            batch.insert(
+                "Transfers",
+                ["TransferId", "FromAccount", "ToAccount", "Amount", "CommittedAt"],
+                [[t, source, target, 0, now] for t, (source, target) in zip(transfers, pairs)],
+            )
+            batch.insert("AuditEvents", ["EventId", "Kind", "Payload"], [[e, "audit", json.dumps({"transfer": t})] for e, t in zip(audits, transfers)])
+        self._log(
+            batch.committed,
+            *(CommittedMod("Accounts", key_json(AccountId=a), "UPDATE") for a in accounts),
+            *(CommittedMod("Transfers", key_json(TransferId=t), "INSERT") for t in transfers),
+            *(CommittedMod("AuditEvents", key_json(EventId=e), "INSERT") for e in audits),
+        )
+
     def _log(self, commit_timestamp: datetime, *mods: CommittedMod) -> None:
         self.committed.append(CommittedTransaction(commit_timestamp, mods))
 

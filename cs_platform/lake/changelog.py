@@ -10,7 +10,8 @@ batch, not the history.
 
 Which landing files are ingested is recorded by the MERGE commit itself, in its ``userMetadata``:
 per landing directory (one per partition), the last file name ingested. A partition's files are
-named ``<query start>_<watermark>``, so its later reads sort after its earlier ones; a file that
+named ``<query start>_<watermark>`` (pieces of a huge transaction by how far they reach into it:
+``landing.store``), so its later reads sort after its earlier ones; a file that
 sorts at or below the mark is a replay of a range already ingested (same query start, or a stale
 run landing late), whose records the stream returns again identically. Ingest therefore reads only
 the files above their directory's mark, and looks up the marks in the log, not in a table that

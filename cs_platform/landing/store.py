@@ -1,9 +1,17 @@
-"""Landing files: ``<root>/<stream>/<partition key>/<query start>_<watermark>_<rows>.json.gz``.
+"""Landing files: ``<root>/<stream>/<partition key>/<query start>_<upto>_<rows>.json.gz``.
+
+``<upto>`` is the chunk's watermark, or ``<T>-<n>`` for a piece of a commit timestamp T whose mods
+outgrew a chunk (a huge transaction): the file then holds mods up to the n-th of T that the
+partition returns (``PartitionBatch.mods_past_watermark``), and the watermark persisted after it
+stays just below T. A partition's names sort in the order of what they reach (the changelog's
+ingest relies on it): the pieces of T by n, and before any name whose upto is T or later, because
+``-`` sorts before ``_``; and a piece re-read from T's start reaches no further than the piece of
+an earlier read with the same or a larger n.
 
 The name is a function of the partition and the range read, so landing the same read twice writes
 the same file (idempotent), and a file is either complete or absent (``Location.write_atomic``).
 The name also says what the lake's ingest needs before it reads a file: every row's commit
-timestamp lies in [query start, watermark], and how many rows it holds. (Files landed by earlier
+timestamp lies in [query start, upto's timestamp], and how many rows it holds. (Files landed by earlier
 versions are Parquet, named ``<query start>_<watermark>.parquet``; ingest and cleanup still take them.)
 A stream's directory belongs to one source (``_source.json``, see ``source``): a store given a
 source refuses to land into another source's directory.
@@ -20,6 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from cs_platform.changestream.metadata import ONE_MICROSECOND
 from cs_platform.changestream.query import validate_identifier
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.landing.location import Location
@@ -31,6 +40,8 @@ if TYPE_CHECKING:
     from pyarrow import fs as pafs
 
 SUFFIX = ".json.gz"
+PIECE = "-"  # between a piece's timestamp and its count: sorts before "_" (see above)
+PIECE_DIGITS = 9  # a count of mods at one commit timestamp (Cloud Spanner allows 80,000 mutations a commit)
 PARQUET_SUFFIX = ".parquet"  # landed by versions before JSON lines
 SUFFIXES = (SUFFIX, PARQUET_SUFFIX)
 ROOT_SETTING = "CS_PLATFORM_LANDING_ROOT"
@@ -50,6 +61,7 @@ class LandedName:
     query_start: datetime  # no row of the file committed before this
     watermark: datetime  # nor after this
     rows: int | None  # None for a Parquet file of an earlier version: its name counts no rows
+    piece: int | None = None  # a piece of ``watermark``'s mods: it reaches the piece-th of them
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,10 @@ def landed_name(name: str) -> LandedName:
     parts = name.removesuffix(suffix).split("_") if suffix else []
     if len(parts) != (3 if suffix == SUFFIX else 2):
         raise ValueError(f"{name!r} is not a landing file's name (<query start>_<watermark>_<rows>{SUFFIX})")
-    return LandedName(_parse_stamp(parts[0]), _parse_stamp(parts[1]), int(parts[2]) if suffix == SUFFIX else None)
+    upto, _, piece = parts[1].partition(PIECE)
+    return LandedName(
+        _parse_stamp(parts[0]), _parse_stamp(upto), int(parts[2]) if suffix == SUFFIX else None, int(piece) if piece else None
+    )
 
 
 def landed_upto(name: str) -> datetime:
@@ -140,7 +155,10 @@ class LandingStore:
         return self.location.filesystem
 
     def path_for(self, stream: str, partition_key: str, batch: PartitionBatch) -> str:
-        name = f"{_stamp(batch.query_start)}_{_stamp(batch.watermark)}_{batch.mod_count}{SUFFIX}"
+        upto = _stamp(batch.watermark)
+        if batch.mods_past_watermark:
+            upto = f"{_stamp(batch.watermark + ONE_MICROSECOND)}{PIECE}{batch.mods_past_watermark:0{PIECE_DIGITS}d}"
+        name = f"{_stamp(batch.query_start)}_{upto}_{batch.mod_count}{SUFFIX}"
         return f"{self.directory(stream, partition_key)}/{name}"
 
     def bind(self, stream: str) -> None:

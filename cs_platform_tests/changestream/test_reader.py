@@ -1,6 +1,7 @@
 """PartitionReader against the emulator: errors with clear messages, early ends, chunks and live tails
 (faults and retries through the real client: test_faults.py)."""
 
+import os
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -20,10 +21,12 @@ from cs_platform.changestream.errors import (
 )
 from cs_platform.changestream.metadata import ONE_MICROSECOND, PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority
-from cs_platform.changestream.reader import PartitionReader, RetryPolicy
+from cs_platform.changestream.reader import PartitionReader, RetryPolicy, _Progress
 from cs_platform.changestream.tail import POLLING, STREAMING
+from cs_platform.landing.store import LandingStore, landed_name
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 from cs_platform_tests.conftest import INSTANCE, PROJECT
+from cs_platform_tests.landing.test_store import record
 
 
 @pytest.fixture
@@ -203,6 +206,83 @@ def test_a_read_in_chunks_hands_out_every_record_once_and_never_splits_a_commit(
     # Memory holds about one chunk: a chunk is cut as soon as 10 mods are pending and some are safe.
     largest_record = max(len(r.mods) for c in chunks for r in c.records)
     assert all(c.mod_count < 10 + largest_record for c in chunks)
+
+
+def test_a_transaction_larger_than_a_chunk_is_handed_out_in_pieces_that_a_re_read_names_alike(bank, metadata_database, tmp_path):
+    """Memory holds about one chunk even when one transaction alone outgrows it: its mods go out in
+    pieces whose watermark waits just below the transaction, each naming how many of its mods it
+    reaches; a re-read from there (a crash or a retry) returns them in the same order, so a piece
+    of the re-read reaches no further than the piece of the first read with the same count, and
+    the landing names sort in the order of what they reach (what the changelog's marks rely on)."""
+    reader, store = make_reader(bank, metadata_database)
+    start = utc_now()
+    store.initialize(start, None, 500)
+    workload = BankWorkload(bank, seed=7)
+    workload.run(4, 3, progress_every=0)
+    workload.audit_all(300)  # 604 mods: 4 account updates, 300 transfers, 300 audit events
+    workload.run(0, 3, progress_every=0)
+    big = workload.committed[-4]
+    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True, owner=None)
+    children = store.schedulable()
+    whole = {c.token: reader.read(c, timedelta(seconds=1)) for c in children}
+    data = next(c for c in children if any(r.commit_timestamp == big.commit_timestamp for r in whole[c.token].records))
+    chunks = list(reader.read_chunks(data, timedelta(seconds=1), chunk_mods=100))
+
+    identity = [(r.server_transaction_id, r.record_sequence) for c in chunks for r in c.records]
+    assert identity == [(r.server_transaction_id, r.record_sequence) for r in whole[data.token].records]
+    at_big = [len(r.mods) for r in whole[data.token].records if r.commit_timestamp == big.commit_timestamp]
+    assert sum(at_big) == len(big.mods) == 604
+    pieces = [c for c in chunks if c.mods_past_watermark]
+    assert len(pieces) >= 2, [(c.mod_count, c.mods_past_watermark) for c in chunks]
+    reached = 0
+    for piece in pieces:
+        assert piece.watermark == big.commit_timestamp - ONE_MICROSECOND and not piece.finished
+        reached += sum(len(r.mods) for r in piece.records if r.commit_timestamp == big.commit_timestamp)
+        assert piece.mods_past_watermark == reached
+    after_pieces = chunks[chunks.index(pieces[-1]) + 1]
+    assert after_pieces.watermark >= big.commit_timestamp and not after_pieces.mods_past_watermark  # the chunk that completes it
+    assert reached + sum(len(r.mods) for r in after_pieces.records if r.commit_timestamp == big.commit_timestamp) == len(big.mods)
+    assert all(c.mod_count < 100 + max(at_big) for c in chunks)  # a chunk, or a piece, and the record that filled it
+    for before, after in zip(chunks, chunks[1:]):
+        assert after.query_start == before.watermark + ONE_MICROSECOND
+
+    landing = LandingStore(str(tmp_path))
+    names = [os.path.basename(landing.write("BankStream", data.key, c).path) for c in chunks if c.records]
+    assert names == sorted(names) and len(set(names)) == len(names)
+    assert [landed_name(n).piece for n in names if landed_name(n).piece] == [p.mods_past_watermark for p in pieces]
+
+    # A re-read from the first piece's watermark, in larger chunks: one piece, reaching further.
+    store.record_progress(data.token, pieces[0].watermark, False, owner=None)
+    again = list(reader.read_chunks(store.get(data.token), timedelta(seconds=1), chunk_mods=400))
+    first_mods = [m for c in chunks for r in c.records if r.commit_timestamp == big.commit_timestamp for m in r.mods]
+    for piece in (c for c in again if c.mods_past_watermark):
+        mods = [m for r in piece.records for m in r.mods]
+        assert mods == first_mods[: piece.mods_past_watermark]  # the first n mods of the transaction, as the first read had them
+        name = os.path.basename(landing.path_for("BankStream", data.key, piece))
+        for other in (n for n in names if landed_name(n).piece and landed_name(n).piece != piece.mods_past_watermark):
+            assert (name < other) == (piece.mods_past_watermark < landed_name(other).piece)  # equal counts reach the same mods
+    assert [(r.server_transaction_id, r.record_sequence) for c in again for r in c.records] == [
+        (r.server_transaction_id, r.record_sequence) for r in whole[data.token].records if r.commit_timestamp >= big.commit_timestamp
+    ]
+
+
+def test_each_huge_transaction_counts_its_pieces_from_its_own_first_mod():
+    """Two huge transactions back to back, the first one's last piece holding all of it: the
+    second's pieces count from its own first mod, not on from the first's (recorded-shape records,
+    arriving as the reader applies them: each moves the watermark just below its timestamp)."""
+    t1 = utc_now()
+    t2 = t1 + timedelta(milliseconds=3)
+    progress = _Progress(watermark=t1 - timedelta(seconds=1), chunk_start=t1 - timedelta(seconds=1) + ONE_MICROSECOND)
+    handed_out = []
+    for ts, mods in [(t1, 60), (t1, 60), (t2, 70), (t2, 50)]:
+        progress.records.append(record("00000000", mods, ts))
+        progress.mods += mods
+        progress.watermark = max(progress.watermark, ts - ONE_MICROSECOND)
+        while progress.chunk_due(100, None):
+            records, reached = progress.take_records(100)
+            handed_out.append((records[0].commit_timestamp, sum(len(r.mods) for r in records), reached))
+    assert handed_out == [(t1, 120, 120), (t2, 120, 120)]
+    assert progress.watermark == t2 - ONE_MICROSECOND and progress.chunk_start == t2
 
 
 @pytest.mark.parametrize("tail", [STREAMING, POLLING], ids=["streaming", "polling"])

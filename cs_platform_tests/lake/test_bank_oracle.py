@@ -13,7 +13,9 @@ the Cloud Spanner front re-partitions it into eight partitions by key range (``d
 moves key ranges between live partitions while the transfers update those keys, announces and ends
 partitions, and spreads each transfer over the partitions that own its keys; the runs find the mode
 in the options view and read proto records. So every cut also proves a transaction assembled whole
-from several partitions' landings, and a key that moved applied in commit order. The other partition mode's cuts are checked the same way by the fencing and crash
+from several partitions' landings, and a key that moved applied in commit order. One transaction
+is a batch job's, larger than a landing chunk in each partition: it lands in pieces (the reader's
+memory holds a chunk, not the transaction) and still becomes visible whole, at one cut. The other partition mode's cuts are checked the same way by the fencing and crash
 tests (``defs/test_crash_and_restart.py``) and the engines' lake (``lake/test_engines.py``).
 """
 
@@ -26,7 +28,7 @@ from cs_platform.dev.cutter import Cutter
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.lake.cuts import Lake
-from cs_platform.landing.store import LandingStore
+from cs_platform.landing.store import LandingStore, landed_name
 from cs_platform.dev.oracle import bank_source_at, check_bank_cut, committed, landed
 from cs_platform.dev.workload import start_after
 from cs_platform_tests.defs.processes import SENSOR
@@ -40,6 +42,10 @@ BEFORE_START = 200  # transfers committed before the stream's start: only the sn
 # and merges (the partitions churn every 3-6 s), and each cut checked costs about as much Spark
 # work as it took to apply.
 CUT_EVERY_S = 8
+# One transaction of a nightly batch job's shape amid the transfers (BankWorkload.audit_all): 2,010
+# mods over the three tables, spread over the partitions, larger than a landing chunk in each.
+BATCH_JOB_EVENTS = 1000
+CHUNK_MODS = 100
 
 
 def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_instance, spark, tmp_path, spanner_front):
@@ -49,7 +55,15 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
     start = start_after(workload.committed[-1].commit_timestamp)
     end = start + timedelta(seconds=WINDOW_SECONDS)
     bank_stream.configure(start, end)
-    writer = threading.Thread(target=workload.run_until, args=(end - timedelta(seconds=5), 40), kwargs={"accounts": 0}, daemon=True)
+    # A run lands every 100 mods: the batch job's transaction lands in pieces in each partition.
+    bank_stream.monkeypatch.setenv("CS_PLATFORM_LANDING_CHUNK_MODS", str(CHUNK_MODS))
+
+    def write() -> None:
+        workload.run_until(start + timedelta(seconds=WINDOW_SECONDS / 3), 40, accounts=0)
+        workload.audit_all(BATCH_JOB_EVENTS)
+        workload.run_until(end - timedelta(seconds=5), 40, accounts=0)
+
+    writer = threading.Thread(target=write, daemon=True)
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
     cutter = Cutter(lake, LandingStore(str(bank_stream.landing_root)), bank_stream.store, bank_stream.target, "BankStream", interval_s=CUT_EVERY_S)
     writer.start()
@@ -61,8 +75,12 @@ def test_every_cut_is_a_consistent_snapshot_of_the_bank(bank_stream, dagster_ins
 
     # The lake can only be as complete as what landed: check landing against the writer's log first,
     # so a loss before landing is reported as such, not as an inconsistent cut.
-    lost = committed(workload, end, start) - landed(LandingStore(str(bank_stream.landing_root)), "BankStream").mods
+    landing = LandingStore(str(bank_stream.landing_root))
+    lost = committed(workload, end, start) - landed(landing, "BankStream").mods
     assert not lost, f"{len(lost)} committed mods never landed: {sorted(lost)[:4]}"
+    batch_job = next(t for t in workload.committed if len(t.mods) == 2 * BATCH_JOB_EVENTS + 10)
+    pieces = [n for n in map(landed_name, landing.files("BankStream")) if n.piece]
+    assert pieces and all(n.watermark == batch_job.commit_timestamp for n in pieces), "the batch job's transaction was not landed in pieces"
     cuts = lake.cuts()
     partitions = bank_stream.store.all()
     announced = [p for p in partitions if not p.parent_tokens and not p.is_initial]  # by a live partition, mid-stream

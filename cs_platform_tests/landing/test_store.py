@@ -1,5 +1,6 @@
 """Landing files: atomic, idempotent, one row per mod with the change identity; clear errors."""
 
+import dataclasses
 import gzip
 import json
 import os
@@ -65,6 +66,31 @@ def test_the_name_bounds_the_commit_timestamps_and_counts_the_rows(tmp_path):
     assert (earlier.query_start, earlier.watermark, earlier.rows) == (T0 - timedelta(seconds=5), T0 + timedelta(seconds=1), None)
     with pytest.raises(ValueError, match="not a landing file"):
         landed_name("/x/_source.json")
+
+
+def test_pieces_of_a_huge_transaction_are_named_by_how_far_they_reach_and_sort_before_what_completes_it(tmp_path):
+    """The changelog skips a file whose name sorts at or below its directory's mark: names must sort
+    in the order of what they reach. Pieces of the mods at T (watermark held at T - 1 µs) sort by
+    their count, whatever their rows and start, and before every name whose watermark is T or
+    later, a chunk that starts and ends at T included."""
+    store, T = LandingStore(str(tmp_path)), T0 + timedelta(seconds=1)
+    held = T - timedelta(microseconds=1)
+
+    def piece(start: datetime, reached: int, mods: int) -> PartitionBatch:
+        return dataclasses.replace(batch(record("00000000", mods, T), watermark=held), query_start=start, mods_past_watermark=reached)
+
+    reads = [
+        piece(T0, 300, 300),  # the first piece, with rows from before T
+        piece(T, 600, 12),  # a second, far smaller
+        piece(T, 1_000_000, 9),  # counts of any width
+        dataclasses.replace(batch(record("00000001", 2, T), watermark=T), query_start=T),  # completes T
+        dataclasses.replace(batch(record("00000001", 2, T), watermark=T + timedelta(seconds=1)), query_start=T),
+    ]
+    names = [os.path.basename(store.path_for("BankStream", "key", read)) for read in reads]
+    assert names == sorted(names), names
+    assert [landed_name(n).piece for n in names] == [300, 600, 1_000_000, None, None]
+    assert [landed_name(n).watermark for n in names[:3]] == [T] * 3  # the name bounds the rows' commit timestamps: T, not the held watermark
+    assert landed_name(names[0]).rows == 300 and landed_name(names[0]).query_start == T0
 
 
 READER_RUN_LANDS = """
