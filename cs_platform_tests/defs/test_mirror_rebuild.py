@@ -4,7 +4,8 @@ its rows read at the cut replace its mirror); no published cut holds part of it.
 the stream (dropped under FOR ALL) keeps its mirror as the stream last saw it, recorded frozen in
 every cut from then on; a renamed table is both (the old name frozen, the new one read whole). A
 table whose columns DDL dropped and retyped is read whole at the first cut after, with the table's
-columns and types. A mirror that drifted is named by the mirrors_match_source check, and materializing its mirror_rebuild
+columns and types. A table of a named schema with a vector column, namesake of a default-schema
+table, is mirrored apart from it through every DDL. A mirror that drifted is named by the mirrors_match_source check, and materializing its mirror_rebuild
 partition (the partitions the lake sensor keeps, one per watched table) from the UI makes it equal
 the source at the latest cut again, and the check passes."""
 
@@ -13,6 +14,7 @@ import re
 import threading
 
 import pytest
+from google.cloud.spanner_v1 import KeySet
 
 from dagster import AssetKey, build_sensor_context, materialize
 
@@ -29,11 +31,15 @@ BRANCHES = ["BranchId", "City", "Staff"]
 # watched table be dropped; a table a stream names cannot be).
 LEAVING = ["Offices", "Regions"]
 RESHAPED = "Sites"  # watched from the start, then a column dropped and one retyped (STRING to BYTES)
+# Watched from the start through every DDL: a namesake of Branches in a named schema, with an embedding.
+NAMED = "sch.Branches"
+NAMED_COLUMNS = [*BRANCHES, "Embedding"]
 
 
 def rows_at(database, cut, table: str, columns: list[str]) -> set:
     with database.snapshot(read_timestamp=cut) as snapshot:
-        return {tuple(r) for r in snapshot.execute_sql(f"SELECT {', '.join(columns)} FROM {table}")}
+        rows = snapshot.execute_sql(f"SELECT {', '.join(columns)} FROM {table}")
+        return {tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in rows}  # an array (an embedding) as a tuple
 
 
 def check(result) -> dict:
@@ -43,8 +49,13 @@ def check(result) -> dict:
 
 def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mirror_rebuilt_from_the_ui(stream_setup, dagster_instance, spark, tmp_path, monkeypatch, capsys):
     tables = [f"CREATE TABLE {t} (BranchId INT64 NOT NULL, City STRING(MAX), Staff INT64) PRIMARY KEY (BranchId)" for t in ("Branches", *LEAVING, RESHAPED)]
+    named = [
+        "CREATE SCHEMA sch",
+        f"CREATE TABLE {NAMED} (BranchId INT64 NOT NULL, City STRING(MAX), Staff INT64, Embedding ARRAY<FLOAT32>(vector_length=>2)) PRIMARY KEY (BranchId)",
+    ]
     bank_stream = stream_setup(
-        BANK_TABLES_DDL + tables + [f"CREATE CHANGE STREAM BankStream FOR {', '.join([*BANK_TABLES, *LEAVING, RESHAPED])}"], "BankStream"
+        BANK_TABLES_DDL + tables + named + [f"CREATE CHANGE STREAM BankStream FOR {', '.join([*BANK_TABLES, *LEAVING, RESHAPED, NAMED])}"],
+        "BankStream",
     )
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Branches")  # a rebuild reseeds the table's history
@@ -52,6 +63,7 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     with bank.batch() as batch:
         for table in ("Branches", *LEAVING, RESHAPED):
             batch.insert(table, BRANCHES, [[i, f"city-{i}", i] for i in range(30)])
+        batch.insert(NAMED, NAMED_COLUMNS, [[i, f"named-{i}", i, [i / 2, -i / 4]] for i in range(10)])
 
     def change_the_schema_once_the_stream_started() -> None:
         while not (bank_stream.store.table_exists() and bank_stream.store.all()):
@@ -59,22 +71,34 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
         with bank.batch() as batch:  # the leaving tables' last changes the stream sees
             for table in (*LEAVING, RESHAPED):
                 batch.update(table, ["BranchId", "Staff"], [[i, 200 + i] for i in range(3)])
+            batch.update(NAMED, ["BranchId", "Embedding"], [[i, [1.5, float(i)]] for i in range(3)])
         # SET FOR ALL, not a table list: after SET FOR <list> the emulator's INFORMATION_SCHEMA lists
         # only the tables that list added (Cloud Spanner lists them all).
         bank.update_ddl(["ALTER CHANGE STREAM BankStream SET FOR ALL"]).result(120)
         bank.update_ddl(["DROP TABLE Offices", "ALTER TABLE Regions RENAME TO Areas"]).result(120)
         bank.update_ddl([f"ALTER TABLE {RESHAPED} DROP COLUMN Staff", f"ALTER TABLE {RESHAPED} ALTER COLUMN City BYTES(MAX)"]).result(120)
         with bank.batch() as batch:
-            batch.update(RESHAPED, ["BranchId", "City"], [[i, f"bytes-{i}".encode()] for i in range(2)])
+            batch.update(RESHAPED, ["BranchId", "City"], [[i, base64.b64encode(f"bytes-{i}".encode())] for i in range(2)])  # the client takes BYTES base64-encoded
             batch.update("Branches", ["BranchId", "Staff"], [[i, 100 + i] for i in range(5)])
             batch.update("Areas", ["BranchId", "Staff"], [[i, 300 + i] for i in range(4)])
+            batch.insert(NAMED, NAMED_COLUMNS, [[10, "named-10", 10, [0.25, 8.0]]])
+            batch.delete(NAMED, KeySet(keys=[[1]]))
 
-    started = threading.Event()
-    adder = threading.Thread(target=change_the_schema_once_the_stream_started, daemon=True)
+    started, failed = threading.Event(), []
+
+    def change_the_schema() -> None:
+        try:
+            change_the_schema_once_the_stream_started()
+        except Exception as e:  # raised again below: a thread's error would otherwise only warn
+            failed.append(e)
+
+    adder = threading.Thread(target=change_the_schema, daemon=True)
     adder.start()
     bank_stream.read_short_window(dagster_instance, seconds=20)
     adder.join(timeout=120)
     assert not adder.is_alive()
+    if failed:
+        raise failed[0]
 
     defs = build_definitions()
     sensor = defs.get_sensor_def("bank_stream_lake_sensor")
@@ -82,7 +106,7 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
         requested = sensor.evaluate_tick(context)
     for request in requested.dynamic_partitions_requests:
         dagster_instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    assert sorted(dagster_instance.get_dynamic_partitions("bank_stream_tables")) == sorted([*BANK_TABLES, "Areas", "Branches", RESHAPED])
+    assert sorted(dagster_instance.get_dynamic_partitions("bank_stream_tables")) == sorted([*BANK_TABLES, "Areas", "Branches", RESHAPED, NAMED])
 
     cut_step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
     rebuild = [a for a in defs.assets if AssetKey(["bank_stream", "mirror_rebuild"]) in a.keys]
@@ -103,6 +127,10 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     assert {(k, bytes(c)) for k, c in at_cut[RESHAPED].collect()} == source and (5, b"city-5") in source
     for table in ("Branches", "Areas"):
         assert {tuple(r) for r in at_cut[table].select(*BRANCHES).collect()} == rows_at(bank, cut, table, BRANCHES)
+    # The named schema's namesake followed its own changes through every DDL, its embeddings too.
+    named_rows = rows_at(bank, cut, NAMED, NAMED_COLUMNS)
+    assert {(k, c, s, tuple(e)) for k, c, s, e in at_cut[NAMED].select(*NAMED_COLUMNS).collect()} == named_rows
+    assert (10, "named-10", 10, (0.25, 8.0)) in named_rows and (0, "named-0", 0, (1.5, 0.0)) in named_rows and len(named_rows) == 10
     last_seen = {(i, f"city-{i}", 200 + i if i < 3 else i) for i in range(30)}
     for table in LEAVING:  # as the stream last saw them, their last changes included
         assert {tuple(r) for r in at_cut[table].select(*BRANCHES).collect()} == last_seen, table
