@@ -21,10 +21,16 @@ NEEDS := $(PY) -m cs_platform.dev.prerequisites
 
 # --max-worker-restart=0: a worker that crashes is not replaced. pytest-xdist 3.8's loadgroup
 # scheduler can hang for good after replacing one (pytest-dev/pytest-xdist#1323, #1327, #1378);
-# without a replacement the other worker runs what is left and the session fails at once.
+# without a replacement the other workers run what is left and the session fails at once.
+# Three workers on two cores: a third of a test's time is waiting (on a window of writes, the
+# emulator's churn, a sensor tick, a run presumed dead), which a third worker fills. Fresh clones
+# on 2026-11-27, same machine and code: two workers 22:09 of pytest (2,467 CPU-s of the machine),
+# three 19:06 (2,281); and three with three busy-looping processes beside them (load average
+# 11-19, 32:02 of pytest) passed all 291 tests too (docs/tests.md, "Workers").
+TEST_WORKERS ?= 3
 test: setup
 	$(NEEDS) emulator chromium postgresql
-	$(PY) -m pytest cs_platform_tests -n 2 --dist loadgroup --max-worker-restart=0 --durations=25
+	$(PY) -m pytest cs_platform_tests -n $(TEST_WORKERS) --dist loadgroup --max-worker-restart=0 --durations=25
 
 demo: setup
 	$(NEEDS) emulator

@@ -11,7 +11,7 @@ sum with the machine's CPU over the same run. A process that ends during a test 
 the last test's teardown) shows its whole life under "reaped" and its earlier CPU as a negative
 figure under its own part, so the sums stay right.
 
-    .venv/bin/python -m pytest cs_platform_tests -n 2 --dist loadgroup -p bench.suite_cpu   # writes .bench/suite_cpu.tsv
+    .venv/bin/python -m pytest cs_platform_tests -n 3 --dist loadgroup -p bench.suite_cpu   # writes .bench/suite_cpu.tsv
     .venv/bin/python bench/suite_cpu.py [.bench/suite_cpu.tsv] [--top 15]
 """
 

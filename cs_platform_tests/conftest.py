@@ -46,8 +46,8 @@ _names = itertools.count(1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests marked ``heavy`` (minutes each) first: ``make test`` runs two pytest-xdist workers that
-    take tests in collection order, and a long test picked up last would leave one worker idle."""
+    """Tests marked ``heavy`` (minutes each) first: ``make test`` runs pytest-xdist workers that take
+    tests in collection order, and a long test picked up last would leave the others idle."""
     items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
 
 
