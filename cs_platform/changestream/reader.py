@@ -299,7 +299,8 @@ class PartitionReader:
         after the last chunk if the watermark moved since (both None: one chunk).
 
         Each chunk holds every record of the partition in (previous chunk's watermark, its
-        watermark]; the last one says whether the partition finished. Land a chunk and persist its
+        watermark], and a piece also the first ``mods_past_watermark`` mods just past it (a
+        transaction larger than a chunk); the last one says whether the partition finished. Land a chunk and persist its
         watermark before asking for the next: memory then holds one chunk, not the whole read, and
         what the run read reaches the lake while the run goes on, not when it ends.
         """
