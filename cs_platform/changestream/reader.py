@@ -179,8 +179,8 @@ class _Progress:
         if self.watermark >= self.chunk_start:  # the timestamp handed out in pieces (if any) is complete
             self.pieces_mods = 0
         if not safe and chunk_mods and self.mods >= chunk_mods:
+            self.pieces_mods += self.mods  # the mods of ``records``, kept as they arrive
             piece, self.records, self.mods = self.records, [], 0
-            self.pieces_mods += sum(len(r.mods) for r in piece)
             handed_out = self.pieces_mods
         else:
             self.records = [r for r in self.records if r.commit_timestamp > self.watermark]
@@ -300,9 +300,10 @@ class PartitionReader:
 
         Each chunk holds every record of the partition in (previous chunk's watermark, its
         watermark], and a piece also the first ``mods_past_watermark`` mods just past it (a
-        transaction larger than a chunk); the last one says whether the partition finished. Land a chunk and persist its
-        watermark before asking for the next: memory then holds one chunk, not the whole read, and
-        what the run read reaches the lake while the run goes on, not when it ends.
+        transaction larger than a chunk); the last one says whether the partition finished. Land a
+        chunk and persist its watermark before asking for the next: memory then holds one chunk,
+        not the whole read, and what the run read reaches the lake while the run goes on, not when
+        it ends.
         """
         query_start = max(partition.reads_from, partition.watermark + ONE_MICROSECOND)
         query_end = utc_now() + soft_timeout
