@@ -34,9 +34,14 @@ with transactions spread over them (``key_ranges.py``): presented as MUTABLE_KEY
 (``mutable_key_range.py``), key ranges move between live partitions; in IMMUTABLE_KEY_RANGE,
 partitions split and merge (``immutable_rows.py`` writes their records as the emulator would).
 
+**PROTO and ENUM columns.** The emulator streams a proto bundle's columns with their types spelled
+by name and NULL values; for a database it is told of, the front sends their types and values as
+Cloud Spanner does, read from the emulator at the commit timestamp (``proto_columns.py``).
+
 Nothing the front does changes what the emulator committed or returns: a fault ends or delays a
 call, and every row that reaches the client is one the emulator sent, unchanged (a streamed query's
-responses are re-framed only: the front's resume tokens, the row type once, ``last`` at the end). ``python -m
+responses are re-framed only: the front's resume tokens, the row type once, ``last`` at the end),
+but for the proto columns it fills in from the emulator's own reads. ``python -m
 cs_platform.dev.spanner_front --help`` runs one in front of a running emulator.
 
 Python API::
@@ -45,6 +50,7 @@ Python API::
         front.inject(Fault(StatusCode.UNAVAILABLE, after_responses=3))   # the next change stream query
         front.present_mutable(database_id, "S")                   # S as MUTABLE_KEY_RANGE (mutable_key_range.py)
         front.partition_by_key_range(database_id, "S", partitions=48)   # ... in 48 partitions (key_ranges.py)
+        front.fill_proto_columns(database_id)                     # its PROTO and ENUM columns streamed (proto_columns.py)
         ... point SPANNER_EMULATOR_HOST at front.host ...
         front.injected                                            # the faults that fired, in order
 """
@@ -72,6 +78,8 @@ from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.changestream.query import PartitionMode
 from cs_platform.dev.immutable_rows import immutable_response
 from cs_platform.dev.key_ranges import KeyRangeStats, KeyRangeStream, KeyRangeStreams
+from cs_platform.dev.partial_results import complete_values
+from cs_platform.dev.proto_columns import ProtoColumns
 from cs_platform.dev.mutable_key_range import (
     END_REQUIRED,
     END_TOO_FAR,
@@ -137,31 +145,6 @@ def _timestamp(value: struct_pb2.Value) -> datetime | None:
     return parse_timestamp(value.string_value)
 
 
-def _merge(head: struct_pb2.Value, tail: struct_pb2.Value) -> struct_pb2.Value:
-    """Join a chunked value with its continuation (spanner.proto, PartialResultSet.chunked_value:
-    strings are concatenated; lists are concatenated, their meeting elements merged the same way)."""
-    if head.HasField("string_value"):
-        return struct_pb2.Value(string_value=head.string_value + tail.string_value)
-    items = list(head.list_value.values)
-    more = list(tail.list_value.values)
-    if items and more and items[-1].WhichOneof("kind") in ("string_value", "list_value") and items[-1].WhichOneof("kind") == more[0].WhichOneof("kind"):
-        items[-1] = _merge(items[-1], more.pop(0))
-    return struct_pb2.Value(list_value=struct_pb2.ListValue(values=items + more))
-
-
-def _rows(responses: list) -> list[struct_pb2.Value]:
-    """The complete values of one query's responses (one column: one value per row)."""
-    values: list[struct_pb2.Value] = []
-    chunked = False
-    for response in responses:
-        incoming = list(response.values)
-        if chunked and incoming:
-            values[-1] = _merge(values[-1], incoming.pop(0))
-        values += incoming
-        chunked = response.chunked_value
-    return values
-
-
 def _parsed(call) -> list:
     """A forwarded call's serialized responses, read whole and parsed."""
     return [PartialResultSet.pb().FromString(r) for r in call]
@@ -169,7 +152,7 @@ def _parsed(call) -> list:
 
 def _answer(responses: list) -> tuple:
     """A query's parsed responses as its row type (None if it sent none) and its complete rows."""
-    return next((r.metadata for r in responses if r.HasField("metadata")), None), _rows(responses)
+    return next((r.metadata for r in responses if r.HasField("metadata")), None), complete_values(responses)
 
 
 def has_child_partitions(responses: list) -> bool:
@@ -178,7 +161,7 @@ def has_child_partitions(responses: list) -> bool:
     GoogleSQL: a row is ``ARRAY<STRUCT<data_change_record, heartbeat_record,
     child_partitions_record>>`` (lists, field 2 the children); PostgreSQL: a JSONB object whose key
     is the record's kind (https://cloud.google.com/spanner/docs/change-streams/details)."""
-    for row in _rows(responses):
+    for row in complete_values(responses):
         if row.HasField("string_value"):
             if "child_partitions_record" in json.loads(row.string_value):
                 return True
@@ -252,8 +235,11 @@ def _status_message(fault: Fault, session: str) -> str:
 class _Forwarder(grpc.GenericRpcHandler):
     """Forwards every method to the upstream channel as bytes, with the caller's metadata and deadline."""
 
-    def __init__(self, channel: grpc.Channel, faults: _Faults, mutable: MutableStreams, key_ranges: KeyRangeStreams, settle: timedelta, poll_s: float) -> None:
+    def __init__(
+        self, channel: grpc.Channel, faults: _Faults, mutable: MutableStreams, key_ranges: KeyRangeStreams, protos: ProtoColumns, settle: timedelta, poll_s: float
+    ) -> None:
         self.channel = channel
+        self.protos = protos
         self.faults = faults
         self.mutable = mutable
         self.key_ranges = key_ranges
@@ -320,6 +306,14 @@ class _Forwarder(grpc.GenericRpcHandler):
                     responses = upstream(request, **self._call_options(context))
                     yield from self._faulty(self._presented(responses, parsed, arguments), session, responses, context)
                     return
+                if self.protos.covers(session):
+                    responses = upstream(request, **self._call_options(context))
+                    filled = (r.SerializeToString() for r in self._filled(session, _parsed(responses)))
+                    yield from self._faulty(filled, session, responses, context)
+                    return
+            elif self.protos.covers(parsed.session):
+                yield from self._faulty(self.protos.schema_answer(parsed.session, upstream(request, **self._call_options(context))), None, None, context)
+                return
         responses = upstream(request, **self._call_options(context))
         yield from self._faulty(responses, session, responses, context)
 
@@ -337,7 +331,7 @@ class _Forwarder(grpc.GenericRpcHandler):
         params = request.params.fields
         token = params[arguments.token]
         yield self.mutable.present(
-            *_answer(_parsed(call)), None if token.HasField("null_value") else token.string_value,
+            *_answer(self._filled(request.session, _parsed(call))), None if token.HasField("null_value") else token.string_value,
             _timestamp(params[arguments.start]), _is_postgres(request.sql),
         ).SerializeToString()
 
@@ -355,7 +349,7 @@ class _Forwarder(grpc.GenericRpcHandler):
         postgres = _is_postgres(request.sql)
 
         def window(start: datetime, end: datetime) -> tuple[list, bool, datetime]:
-            responses = _parsed(upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata()))
+            responses = self._filled(request.session, _parsed(upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata())))
             ended = has_child_partitions(responses)
             if mutable is not None:  # one response of ChangeStreamRecord rows (mutable_key_range.py)
                 responses = [mutable.present(*_answer(responses), token, start, postgres)]
@@ -378,7 +372,7 @@ class _Forwarder(grpc.GenericRpcHandler):
         key = params[arguments.token]
 
         def answer(token: str | None, start: datetime, end: datetime) -> tuple:
-            return _answer(_parsed(upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata())))
+            return _answer(self._filled(request.session, _parsed(upstream(_window(request, arguments, start, end, token), metadata=context.invocation_metadata()))))
 
         def fetch(token: str | None, start: datetime, end: datetime) -> list:
             return emulator_records(*answer(token, start, end), token, postgres)
@@ -416,6 +410,19 @@ class _Forwarder(grpc.GenericRpcHandler):
             return [response(stream, messages)], ended, served
 
         yield from LiveQuery(request, arguments, self.settle, self.poll_s, window).stream(context)
+
+    def _filled(self, session: str, responses: list) -> list:
+        """A change stream query's parsed responses, its PROTO and ENUM columns filled in if its
+        database has them (``proto_columns.py``; GoogleSQL only: a PostgreSQL database has no proto
+        bundle), re-framed as one response."""
+        if not self.protos.covers(session):
+            return responses
+        metadata, rows = _answer(responses)
+        if metadata is None or [f.name for f in metadata.row_type.fields] != ["ChangeRecord"]:
+            return responses
+        filled = PartialResultSet.pb()(values=self.protos.change_records(session, metadata, rows), resume_token=responses[-1].resume_token, last=responses[-1].last)
+        filled.metadata.CopyFrom(metadata)
+        return [filled]
 
     def _faulty(self, responses: Iterator[bytes], session: str | None, call, context: grpc.ServicerContext) -> Iterator[bytes]:
         """Pass ``responses`` on, failing or delaying them as a due fault says (change stream queries only)."""
@@ -531,9 +538,10 @@ class SpannerFront:
         self._mutable = MutableStreams()
         self._key_ranges = KeyRangeStreams()
         self._channel = grpc.insecure_channel(upstream, options=[("grpc.max_receive_message_length", 100 * 2**20)])
+        self._protos = ProtoColumns(self._channel)
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="spanner-front"),
-            handlers=[_Forwarder(self._channel, self._faults, self._mutable, self._key_ranges, settle, poll_s)],
+            handlers=[_Forwarder(self._channel, self._faults, self._mutable, self._key_ranges, self._protos, settle, poll_s)],
             options=[("grpc.max_send_message_length", 100 * 2**20), ("grpc.max_receive_message_length", 100 * 2**20)],
         )
         self._server.add_insecure_port(f"127.0.0.1:{self.port}")
@@ -565,6 +573,12 @@ class SpannerFront:
         if mode is PartitionMode.MUTABLE_KEY_RANGE:
             self._mutable.add(database, stream)
         self._key_ranges.add(database, stream, partitions, change_every, seed, mode)
+
+    def fill_proto_columns(self, database: str) -> None:
+        """Serve the PROTO and ENUM columns of database ``database`` (its id) with their types and
+        values, as Cloud Spanner does (``proto_columns.py``): in its change records and in
+        ``INFORMATION_SCHEMA.COLUMNS.SPANNER_TYPE``."""
+        self._protos.add(database)
 
     def key_range_stats(self, database: str, stream: str) -> KeyRangeStats:
         """What re-partitioning ``stream`` has done so far."""
@@ -627,6 +641,10 @@ def main(argv: list[str] | None = None) -> None:
         "(default 1), transactions spread over them; MODE MUTABLE_KEY_RANGE (the default, presented so: moves, splits, ends) "
         "or IMMUTABLE_KEY_RANGE (splits and merges); repeatable",
     )
+    parser.add_argument(
+        "--proto-columns", action="append", default=[], metavar="DATABASE",
+        help="stream the database's PROTO and ENUM columns with their types and values, as Cloud Spanner does; repeatable",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     front = SpannerFront(args.upstream, args.port)
@@ -642,6 +660,8 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--key-ranges {spec}: expected DATABASE:STREAM:PARTITIONS[:SECONDS[:MODE]]")
         every, mode = rest + ["1", PartitionMode.MUTABLE_KEY_RANGE.value][len(rest):]
         front.partition_by_key_range(database, stream, int(partitions), timedelta(seconds=float(every)), mode=PartitionMode(mode.upper()))
+    for database in args.proto_columns:
+        front.fill_proto_columns(database)
     with front:
         print(f"SPANNER_EMULATOR_HOST={front.host}", flush=True)
         try:
