@@ -5,7 +5,9 @@ the stream (dropped under FOR ALL) keeps its mirror as the stream last saw it, r
 every cut from then on; a renamed table is both (the old name frozen, the new one read whole). A
 table whose columns DDL dropped and retyped is read whole at the first cut after, with the table's
 columns and types. A table of a named schema with a vector column, namesake of a default-schema
-table, is mirrored apart from it through every DDL. A mirror that drifted is named by the mirrors_match_source check, and materializing its mirror_rebuild
+table, is mirrored apart from it through every DDL, and so is a table of proto messages and enums
+(streamed as Cloud Spanner streams them, by the front), both written under each of the four value
+capture types in turn. A mirror that drifted is named by the mirrors_match_source check, and materializing its mirror_rebuild
 partition (the partitions the lake sensor keeps, one per watched table) from the UI makes it equal
 the source at the latest cut again, and the check passes."""
 
@@ -22,7 +24,9 @@ from cs_platform.definitions import build_definitions
 from cs_platform.dev.workload import BANK_TABLES, BANK_TABLES_DDL
 from cs_platform.lake.cli import main as lake_cli
 from cs_platform.lake.cuts import Lake
+from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import UnknownTableError, rebuild_mirrors
+from cs_platform_tests.changestream.test_value_capture import cards_bundle
 from cs_platform_tests.lake.readers import check_history_at_cut
 from cs_platform.lake.identifiers import quoted, sql_string
 
@@ -34,6 +38,21 @@ RESHAPED = "Sites"  # watched from the start, then a column dropped and one rety
 # Watched from the start through every DDL: a namesake of Branches in a named schema, with an embedding.
 NAMED = "sch.Branches"
 NAMED_COLUMNS = [*BRANCHES, "Embedding"]
+# Watched from the start through every DDL: a proto bundle's message and enum, alone and in arrays.
+HANDS = "Hands"
+HANDS_COLUMNS = ["Id", "Card", "Suit", "Cards", "Suits"]
+# The stream's value capture type, changed between the writes (ALTER CHANGE STREAM ... SET OPTIONS).
+CAPTURES = ["OLD_AND_NEW_VALUES", "NEW_ROW", "NEW_VALUES", "NEW_ROW_AND_OLD_VALUES"]
+
+
+def card(name: str, rank: int) -> bytes:
+    """A cs.Card message (``name`` field 1, ``rank`` field 2), serialized."""
+    return bytes([0x0A, len(name)]) + name.encode() + bytes([0x10, rank])
+
+
+def hands_row(i: int, suit: int) -> list:
+    """A Hands row as the Python client writes it: messages base64-encoded, enums by number."""
+    return [i, base64.b64encode(card(f"c{i}", i)), suit, [base64.b64encode(card("x", i + 1))], [suit, 2]]
 
 
 def rows_at(database, cut, table: str, columns: list[str]) -> set:
@@ -42,21 +61,36 @@ def rows_at(database, cut, table: str, columns: list[str]) -> set:
         return {tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in rows}  # an array (an embedding) as a tuple
 
 
+def mirrored(rows) -> set:
+    """Mirror rows as ``rows_at`` gives them: arrays as tuples, BINARY as bytes."""
+    def plain(v):
+        return tuple(plain(x) for x in v) if isinstance(v, list) else bytes(v) if isinstance(v, bytearray) else v
+    return {tuple(plain(v) for v in r) for r in rows}
+
+
 def check(result) -> dict:
     evaluation = next(c for c in result.get_asset_check_evaluations() if c.check_name == "mirrors_match_source")
     return {"passed": evaluation.passed, **{k: v.value for k, v in evaluation.metadata.items()}}
 
 
-def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mirror_rebuilt_from_the_ui(stream_setup, dagster_instance, spark, tmp_path, monkeypatch, capsys):
+def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mirror_rebuilt_from_the_ui(
+    stream_setup, spanner_front, dagster_instance, spark, tmp_path, monkeypatch, capsys
+):
     tables = [f"CREATE TABLE {t} (BranchId INT64 NOT NULL, City STRING(MAX), Staff INT64) PRIMARY KEY (BranchId)" for t in ("Branches", *LEAVING, RESHAPED)]
     named = [
         "CREATE SCHEMA sch",
         f"CREATE TABLE {NAMED} (BranchId INT64 NOT NULL, City STRING(MAX), Staff INT64, Embedding ARRAY<FLOAT32>(vector_length=>2)) PRIMARY KEY (BranchId)",
     ]
+    hands = [
+        "CREATE PROTO BUNDLE (cs.Card, cs.Suit)",
+        f"CREATE TABLE {HANDS} (Id INT64 NOT NULL, Card cs.Card, Suit cs.Suit, Cards ARRAY<cs.Card>, Suits ARRAY<cs.Suit>) PRIMARY KEY (Id)",
+    ]
     bank_stream = stream_setup(
-        BANK_TABLES_DDL + tables + named + [f"CREATE CHANGE STREAM BankStream FOR {', '.join([*BANK_TABLES, *LEAVING, RESHAPED, NAMED])}"],
-        "BankStream",
+        BANK_TABLES_DDL + tables + named + hands
+        + [f"CREATE CHANGE STREAM BankStream FOR {', '.join([*BANK_TABLES, *LEAVING, RESHAPED, NAMED, HANDS])} OPTIONS (value_capture_type = '{CAPTURES[0]}')"],
+        "BankStream", proto_descriptors=cards_bundle(),
     )
+    spanner_front.fill_proto_columns(bank_stream.bank.database_id)  # as Cloud Spanner streams them (dev/proto_columns.py)
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Branches")  # a rebuild reseeds the table's history
     bank = bank_stream.bank
@@ -64,6 +98,17 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
         for table in ("Branches", *LEAVING, RESHAPED):
             batch.insert(table, BRANCHES, [[i, f"city-{i}", i] for i in range(30)])
         batch.insert(NAMED, NAMED_COLUMNS, [[i, f"named-{i}", i, [i / 2, -i / 4]] for i in range(10)])
+        batch.insert(HANDS, HANDS_COLUMNS, [hands_row(i, 1) for i in range(8)])
+
+    def capture(value_capture_type: str) -> str:
+        return f"ALTER CHANGE STREAM BankStream SET OPTIONS (value_capture_type = '{value_capture_type}')"
+
+    def write_partly(step: int) -> None:
+        """Partial updates of the tables watched throughout, under the capture type of the moment."""
+        with bank.batch() as batch:
+            batch.update(NAMED, ["BranchId", "Embedding"], [[step, [1.5, float(step)]]])
+            batch.update(HANDS, ["Id", "Suit"], [[step, 2]])
+            batch.update(HANDS, ["Id", "Card"], [[step + 4, base64.b64encode(card("new", step))]])
 
     def change_the_schema_once_the_stream_started() -> None:
         while not (bank_stream.store.table_exists() and bank_stream.store.all()):
@@ -71,11 +116,15 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
         with bank.batch() as batch:  # the leaving tables' last changes the stream sees
             for table in (*LEAVING, RESHAPED):
                 batch.update(table, ["BranchId", "Staff"], [[i, 200 + i] for i in range(3)])
-            batch.update(NAMED, ["BranchId", "Embedding"], [[i, [1.5, float(i)]] for i in range(3)])
+        write_partly(0)
+        bank.update_ddl([capture(CAPTURES[1])]).result(120)
+        write_partly(1)
         # SET FOR ALL, not a table list: after SET FOR <list> the emulator's INFORMATION_SCHEMA lists
         # only the tables that list added (Cloud Spanner lists them all).
-        bank.update_ddl(["ALTER CHANGE STREAM BankStream SET FOR ALL"]).result(120)
-        bank.update_ddl(["DROP TABLE Offices", "ALTER TABLE Regions RENAME TO Areas"]).result(120)
+        bank.update_ddl(["ALTER CHANGE STREAM BankStream SET FOR ALL", capture(CAPTURES[2])]).result(120)
+        write_partly(2)
+        bank.update_ddl(["DROP TABLE Offices", "ALTER TABLE Regions RENAME TO Areas", capture(CAPTURES[3])]).result(120)
+        write_partly(3)
         bank.update_ddl([f"ALTER TABLE {RESHAPED} DROP COLUMN Staff", f"ALTER TABLE {RESHAPED} ALTER COLUMN City BYTES(MAX)"]).result(120)
         with bank.batch() as batch:
             batch.update(RESHAPED, ["BranchId", "City"], [[i, base64.b64encode(f"bytes-{i}".encode())] for i in range(2)])  # the client takes BYTES base64-encoded
@@ -83,6 +132,8 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
             batch.update("Areas", ["BranchId", "Staff"], [[i, 300 + i] for i in range(4)])
             batch.insert(NAMED, NAMED_COLUMNS, [[10, "named-10", 10, [0.25, 8.0]]])
             batch.delete(NAMED, KeySet(keys=[[1]]))
+            batch.insert(HANDS, HANDS_COLUMNS, [hands_row(8, 2)])
+            batch.delete(HANDS, KeySet(keys=[[7]]))
 
     started, failed = threading.Event(), []
 
@@ -106,7 +157,9 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
         requested = sensor.evaluate_tick(context)
     for request in requested.dynamic_partitions_requests:
         dagster_instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
-    assert sorted(dagster_instance.get_dynamic_partitions("bank_stream_tables")) == sorted([*BANK_TABLES, "Areas", "Branches", RESHAPED, NAMED])
+    assert sorted(dagster_instance.get_dynamic_partitions("bank_stream_tables")) == sorted([*BANK_TABLES, "Areas", "Branches", RESHAPED, NAMED, HANDS])
+    landed = LandingStore(str(bank_stream.landing_root)).read("BankStream").to_pylist()
+    assert {r["value_capture_type"] for r in landed if r["table_name"] == HANDS} == set(CAPTURES)
 
     cut_step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
     rebuild = [a for a in defs.assets if AssetKey(["bank_stream", "mirror_rebuild"]) in a.keys]
@@ -131,6 +184,11 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     named_rows = rows_at(bank, cut, NAMED, NAMED_COLUMNS)
     assert {(k, c, s, tuple(e)) for k, c, s, e in at_cut[NAMED].select(*NAMED_COLUMNS).collect()} == named_rows
     assert (10, "named-10", 10, (0.25, 8.0)) in named_rows and (0, "named-0", 0, (1.5, 0.0)) in named_rows and len(named_rows) == 10
+    # The proto columns, from the snapshot at the stream's start and every partial update since, under
+    # each capture type: the mirror holds the messages' bytes and the enums' numbers.
+    source_hands = rows_at(bank, cut, HANDS, HANDS_COLUMNS)  # the client reads a message as its bytes, an enum as its number
+    assert mirrored(at_cut[HANDS].select(*HANDS_COLUMNS).collect()) == source_hands
+    assert (4, card("new", 0), 1, (card("x", 5),), (1, 2)) in source_hands and (3, card("c3", 3), 2, (card("x", 4),), (1, 2)) in source_hands
     last_seen = {(i, f"city-{i}", 200 + i if i < 3 else i) for i in range(30)}
     for table in LEAVING:  # as the stream last saw them, their last changes included
         assert {tuple(r) for r in at_cut[table].select(*BRANCHES).collect()} == last_seen, table
