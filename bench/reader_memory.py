@@ -24,7 +24,10 @@ loads neither PySpark nor Delta), ``rss_growth_1m_over_10k`` (goal: at most 1.5)
 ``rss_mb_100k_one_chunk``, each size's ``start_to_first_record_s`` (from the run process's
 launch to the first record it read: imports, Dagster's run start, the first query), and
 ``rss_mb_80k_txn`` with ``rss_80k_txn_over_10k`` (goal: at most 1.5) and the baseline
-``rss_mb_80k_txn_one_chunk``.
+``rss_mb_80k_txn_one_chunk``. The transaction's pieces are then ingested into a lake and cut at the
+transaction's end (Spark local[2]): ``cut_80k_txn_tables_equal_source`` is 8 when each of the eight
+mirrors holds exactly the rows its table holds at the cut (it stops with the first difference
+otherwise), and ``cut_80k_txn_s`` says how long the ingest and the cut took.
 """
 
 from __future__ import annotations
@@ -150,6 +153,31 @@ def measure(instance, emulator, workdir: Path, start, end, name: str, chunk_mods
     return RunMeasure(max(run.peak_rss_mb for run in runs), sum(run.mods for run in runs), data.start_to_first_record_s)
 
 
+def check_cut(database, landing: Path, lake_root: Path, end) -> int:
+    """Ingest the landed pieces of the transaction, cut at ``end``, and compare every mirror with its
+    table read at the cut; the number of tables that are equal (it raises at the first that is not)."""
+    from cs_platform.lake.cuts import Lake
+    from cs_platform.lake.spark import delta_spark_session
+    from cs_platform.landing.store import LandingStore
+
+    spark = delta_spark_session("reader_memory_cut", "local[2]", jvm_log=lake_root.parent / "spark.log")
+    try:
+        lake = Lake(spark, str(lake_root))
+        lake.changelog.ingest(LandingStore(str(landing)).files(STREAM))
+        if not lake.apply_cut(end).applied:
+            raise AssertionError(f"the cut at {end.isoformat()} applied nothing")
+        mirrors = lake.mirrors_at_cut(lake.last_cut())
+        for table in BATCH_TABLES:
+            with database.snapshot(read_timestamp=lake.last_cut()) as snapshot:
+                source = {tuple(r) for r in snapshot.execute_sql(f"SELECT Id, Kind, Amount, Note FROM {table}")}
+            mirrored = {tuple(r) for r in mirrors[table].select("Id", "Kind", "Amount", "Note").collect()}
+            if mirrored != source:
+                raise AssertionError(f"{table}: the mirror has {len(mirrored)} rows, the source {len(source)}; {len(mirrored ^ source)} differ")
+        return len(BATCH_TABLES)
+    finally:
+        spark.stop()
+
+
 def label(n: int) -> str:
     return f"{n // 1_000_000}m" if n >= 1_000_000 else f"{n // 1_000}k"
 
@@ -185,6 +213,11 @@ def main() -> None:
             assert run.mods == args.transaction_mods, f"the runs read {run.mods} mods, expected {args.transaction_mods}"
             rss[name] = run.peak_rss_mb
             print(f"{name}: {run.peak_rss_mb:.0f}  # load {os.getloadavg()[0]:.1f}", flush=True)
+        began = time.monotonic()
+        pieces = Path(tmp) / f"rss-mb-{txn}-txn" / "landing"
+        equal = check_cut(database, pieces, Path(tmp) / "lake", txn_end)
+        print(f"cut_{txn}_txn_tables_equal_source: {equal}", flush=True)
+        print(f"cut_{txn}_txn_s: {time.monotonic() - began:.0f}  # load {os.getloadavg()[0]:.1f}", flush=True)
     print(f"rss_growth_{label(sizes[-1])}_over_{label(sizes[0])}: {rss[sizes[-1]] / rss[sizes[0]]:.2f}")
     print(f"rss_mb_{label(baseline_size)}_one_chunk: {one_chunk:.0f}  # baseline: the same read landed as one chunk")
     print(f"rss_one_chunk_over_chunked_{label(baseline_size)}: {one_chunk / rss[baseline_size]:.2f}")

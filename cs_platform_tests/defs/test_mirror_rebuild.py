@@ -92,7 +92,7 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     )
     spanner_front.fill_proto_columns(bank_stream.bank.database_id)  # as Cloud Spanner streams them (dev/proto_columns.py)
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
-    monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Branches")  # a rebuild reseeds the table's history
+    monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", f"Branches,{HANDS}")  # a rebuild reseeds Branches' history; Hands' keeps proto values
     bank = bank_stream.bank
     with bank.batch() as batch:
         for table in ("Branches", *LEAVING, RESHAPED):
