@@ -53,8 +53,11 @@ def test_proto_and_enum_columns_stream_with_their_types_and_values_old_ones_too(
         through = SpannerTarget(PROJECT, INSTANCE, source.database_id, spanner_front.host).connect()
         start = utc_now()
         for dml in DML:
-            source.run_in_transaction(lambda transaction: transaction.execute_update(dml))
-        end = utc_now() + timedelta(milliseconds=1)
+            done = []
+            source.run_in_transaction(lambda transaction: done.append(transaction) or transaction.execute_update(dml))
+        # From the last commit's timestamp, not this host's clock: the shared emulator's commit
+        # timestamps may run ahead of it (a fresh clone's suite read nothing up to now + 1 ms once).
+        end = done[-1].committed + timedelta(milliseconds=1)
         records = read_through(through, metadata_database, f"S_{capture}", start, end)
         assert [r.mod_type for r in records] == [ModType.INSERT, ModType.UPDATE, ModType.UPDATE, ModType.DELETE], capture
         for record in records:
