@@ -15,6 +15,7 @@ from typing import Mapping
 from dagster import Definitions
 
 from cs_platform import settings
+from cs_platform.defs.alerts import alerts_sensor
 from cs_platform.defs.change_stream import ChangeStreamNames, change_stream_definitions
 from cs_platform.defs.resources import configured_resources
 from cs_platform.lake.history_schema import HistoryPolicy
@@ -22,6 +23,7 @@ from cs_platform.lake.history_schema import HistoryPolicy
 
 def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
     settings.warn_unknown(environ)
+    settings.check_all(environ)
     resources = configured_resources(environ, lazy=True)
     per_stream = [
         change_stream_definitions(
@@ -37,7 +39,8 @@ def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
         )
         for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")
     ]
-    return Definitions.merge(*per_stream, Definitions(resources=resources))
+    slugs = {stream: ChangeStreamNames(stream).slug for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")}
+    return Definitions.merge(*per_stream, Definitions(resources=resources, sensors=[alerts_sensor(slugs)]))
 
 
 defs = build_definitions()

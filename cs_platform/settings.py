@@ -67,7 +67,7 @@ class Number:
     @property
     def expects(self) -> str:
         kind = "a whole number" if self.whole else "a number"
-        return f"{kind} of {self.unit} {self.range}"
+        return f"{kind} of {self.unit} {self.range}" if self.unit else f"{kind} {self.range}"
 
 
 def _plain(number: float) -> str:
@@ -175,6 +175,13 @@ SETTINGS = {
         Setting("CS_PLATFORM_RUN_RETENTION_SECONDS", Number(0, 366 * DAY), "259200", "cleanup deletes reader runs (and their event logs) that ended longer ago than this", "run_retention_seconds"),
         Setting("CS_PLATFORM_LANDING_RETENTION_SECONDS", Number(0, 366 * DAY), "86400", "cleanup removes landing files the changelog ingested once their watermark is older than this", "landing_retention_seconds"),
         Setting("CS_PLATFORM_MAX_LAG_SECONDS", Number(120, 7 * DAY), "600", "the lake is late (freshness, lag check) beyond this; 120 at least: the mirrors' freshness policy warns at half of it, and Dagster's least freshness window is a minute", "max_lag_seconds"),
+        Setting("CS_PLATFORM_ALERT_SLACK_WEBHOOK", str, None, "a Slack incoming webhook URL the alerts sensor posts to (none: no Slack alerts)"),
+        Setting("CS_PLATFORM_ALERT_WEBHOOK", str, None, "a URL the alerts sensor POSTs each alert to as JSON (kind, stream, title, text, link)"),
+        Setting("CS_PLATFORM_ALERT_EMAIL_TO", _names, None, "comma-separated e-mail addresses the alerts sensor mails (through CS_PLATFORM_ALERT_SMTP)"),
+        Setting("CS_PLATFORM_ALERT_SMTP", str, "127.0.0.1:25", "host:port of the SMTP server alert e-mails go through"),
+        Setting("CS_PLATFORM_ALERT_EMAIL_FROM", str, "cs-platform@localhost", "the From address of alert e-mails"),
+        Setting("CS_PLATFORM_DAGSTER_URL", str, "http://127.0.0.1:3000", "the Dagster UI's address, for the links in alerts"),
+        Setting("CS_PLATFORM_METRICS_PORT", Number(1, 65535, "", whole=True), "9464", "port of the Prometheus exporter (cs-platform-metrics; make dev and make stack start it on loopback)"),
         Setting("CS_PLATFORM_EMULATOR_BIN", str, None, "path of emulator_main for make demo/dev/test (default: the Debian package's)"),
         Setting("CS_PLATFORM_HISTORY_TABLES", _history_tables, "none", "which watched tables also keep a history table (every version of every row, valid_from/valid_to): none, all, or a list", "history_tables"),
         Setting("CS_PLATFORM_UNTYPED_VALUES", _choice("fail", "quarantine"), "fail", "a value that cannot be typed stops the cut (fail) or sets its transaction aside (quarantine)"),
@@ -194,6 +201,13 @@ def value(environ: Mapping[str, str], env: str) -> Any:
         return setting.parse(text)
     except (ValueError, MalformedRecordError) as e:
         raise _invalid(env, repr(text)) from e
+
+
+def check_all(environ: Mapping[str, str]) -> None:
+    """Parse every setting set in ``environ``: a bad value fails here, naming its variable, even one
+    only a command outside the definitions reads (``cs-platform-metrics``' port)."""
+    for env in SETTINGS:
+        value(environ, env)
 
 
 def _invalid(env: str, shown: str) -> SettingError:

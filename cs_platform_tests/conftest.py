@@ -7,12 +7,16 @@ install instructions: nothing is skipped.
 
 from __future__ import annotations
 
+import email
+import email.policy
+import http.server
 import itertools
+import json
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Iterator
@@ -26,7 +30,7 @@ from dagster import instance_for_test
 
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
-from cs_platform.dev.emulator import SpannerEmulator
+from cs_platform.dev.emulator import SpannerEmulator, free_loopback_port
 from cs_platform.dev.spanner_front import SpannerFront
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
 from cs_platform.dev.spark_connect import spark_connect_server
@@ -179,6 +183,64 @@ def dagster_instance():
     """A real Dagster instance (sqlite in a temp dir; DAGSTER_HOME points at it for subprocesses)."""
     with instance_for_test() as instance:
         yield instance
+
+
+@dataclass
+class Received:
+    """What the local alert receivers got: JSON bodies by URL path, and e-mails."""
+
+    posts: dict[str, list[dict]] = field(default_factory=dict)
+    mails: list[email.message.EmailMessage] = field(default_factory=list)
+    url: str = ""  # the HTTP server's
+
+    def posts_url(self, path: str) -> str:
+        return f"{self.url}{path}"
+
+
+@pytest.fixture
+def alert_receivers(monkeypatch) -> Iterator[Received]:
+    """A real HTTP server (Slack's incoming webhook at /slack, a JSON webhook at /hook) and a real
+    SMTP server on loopback, with the CS_PLATFORM_ALERT_* settings pointing at them."""
+    from aiosmtpd.controller import Controller
+
+    received = Received()
+
+    class Hooks(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            received.posts.setdefault(self.path, []).append(body)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args) -> None:  # the console shows the tests' progress, not each request
+            pass
+
+    class Mailbox:
+        async def handle_DATA(self, server, session, envelope) -> str:
+            received.mails.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
+            return "250 OK"
+
+    http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hooks)
+    threading.Thread(target=http_server.serve_forever, daemon=True).start()
+    smtp_port = free_loopback_port()
+    mailbox = Controller(Mailbox(), hostname="127.0.0.1", port=smtp_port)
+    mailbox.start()
+    received.url = url = f"http://127.0.0.1:{http_server.server_port}"
+    for name, value in {
+        "CS_PLATFORM_ALERT_SLACK_WEBHOOK": f"{url}/slack",
+        "CS_PLATFORM_ALERT_WEBHOOK": f"{url}/hook",
+        "CS_PLATFORM_ALERT_EMAIL_TO": "oncall@example.com",
+        "CS_PLATFORM_ALERT_SMTP": f"127.0.0.1:{smtp_port}",
+        "CS_PLATFORM_DAGSTER_URL": "http://dagster.example:3000",
+    }.items():
+        monkeypatch.setenv(name, value)
+    try:
+        yield received
+    finally:
+        mailbox.stop()
+        http_server.shutdown()
+        http_server.server_close()
 
 
 @pytest.fixture

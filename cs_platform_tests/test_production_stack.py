@@ -9,18 +9,22 @@ limits). Then:
 - no committed mod is lost, in landing or in the changelog, and the changelog holds each change once;
 - every published cut, the snapshot at the start included, is a consistent bank equal to the source;
 - every lake run's Spark tasks ran in executor processes (Spark's event logs), and the runs are the
-  daemon's, recorded in PostgreSQL.
+  daemon's, recorded in PostgreSQL;
+- a Prometheus scrape of the stack's exporter, while the stream runs, reports the stream as its
+  metadata table, its manifest and its landing directory on gs:// stand.
 """
 
 import json
 import os
 import time
-from datetime import timedelta
+import urllib.request
+from datetime import datetime, timedelta
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster_postgres import PostgresRunStorage
 from dagster_postgres.utils import DagsterPostgresException
+from prometheus_client.parser import text_string_to_metric_families
 
 from cs_platform.changestream.metadata import lineage, utc_now
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
@@ -37,6 +41,34 @@ from cs_platform.landing.store import LandingStore
 # 16, each a run process of about 4 CPU-s; at 6-12 s only two merges). 30 s of writes gave five or
 # more, for a third more reader runs.
 WRITE_SECONDS = 20
+
+
+def scrape(url: str) -> dict[tuple[str, tuple], float]:
+    """One Prometheus scrape: each sample by name and labels."""
+    with urllib.request.urlopen(url, timeout=60) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for f in text_string_to_metric_families(text) for s in f.samples}
+
+
+def check_scrape(scraped: dict, start: datetime, cut: datetime, after: datetime) -> None:
+    """What the exporter says of a live stream that started at ``start``, scraped once ``cut`` was
+    published and before ``after``."""
+    stream = (("stream", STREAM),)
+
+    def value(name: str, labels: tuple = stream) -> float:
+        assert (f"cs_platform_{name}", labels) in scraped, f"no cs_platform_{name}{dict(labels)} in {sorted(scraped)}"
+        return scraped[(f"cs_platform_{name}", labels)]
+
+    assert value("scrape_error") == 0
+    states = {state: value("partitions", (("state", state), *stream)) for state in ("CREATED", "SCHEDULED", "RUNNING", "FINISHED")}
+    assert states["FINISHED"] >= 1 and sum(states.values()) > states["FINISHED"], states  # live, and it split and merged
+    since_start = (after - start).total_seconds()
+    assert 0 <= value("low_watermark_lag_seconds") <= since_start
+    assert 0 <= value("latest_cut_age_seconds") <= (after - cut).total_seconds()  # that cut, or a later one
+    assert value("latest_cut_apply_seconds") > 0
+    assert value("landing_files_waiting") >= 0 and value("oldest_unread_partition_age_seconds") >= 0
+    headroom = value("retention_headroom_seconds")  # the stream's retention_period is one day
+    assert 86_400 - since_start <= headroom <= 86_400
 
 
 def task_executors(event_logs) -> dict[str, set[str]]:
@@ -56,7 +88,7 @@ def task_executors(event_logs) -> dict[str, set[str]]:
 @pytest.mark.heavy
 @pytest.mark.xdist_group("processes")
 def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_path, spark, gcs_endpoint):
-    with production_stack(tmp_path, accounts=10, before_start=100, gcs=gcs_endpoint, partition_alive_seconds=4) as stack:
+    with production_stack(tmp_path, accounts=10, before_start=100, gcs=gcs_endpoint, partition_alive_seconds=4, metrics_port=free_loopback_port()) as stack:
         stack.workload.run_until(utc_now() + timedelta(seconds=WRITE_SECONDS), 10, accounts=0)
         stack.await_webserver()  # it loads while the writer writes
         last_commit = stack.workload.committed[-1].commit_timestamp
@@ -64,6 +96,7 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
         wait_until(lambda: (lake.last_cut() or stack.start) >= last_commit, 600, "a cut past the last commit", poll_s=5)
         cuts = lake.cuts()
         store = configured_resources(os.environ)[change_stream_resource_key(STREAM)].metadata_store()
+        check_scrape(scrape(stack.metrics), stack.start, cuts[-1], utc_now())
         crossed = lineage(store.all())
         with DagsterInstance.get() as instance:
             assert isinstance(instance.run_storage, PostgresRunStorage)

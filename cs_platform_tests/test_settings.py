@@ -91,7 +91,7 @@ def test_a_typo_is_warned_about_with_the_closest_known_name(caplog):
 def test_the_definitions_load_as_a_code_location_would():
     defs = build_definitions(BASE)
     Definitions.validate_loadable(defs)  # what dagster dev does: names must not collide
-    assert {s.name for s in defs.sensors} == {"bank_stream_partition_sensor", "bank_stream_lake_sensor"}
+    assert {s.name for s in defs.sensors} == {"bank_stream_partition_sensor", "bank_stream_lake_sensor", "alerts"}
 
 
 def test_the_settings_page_lists_every_setting_with_what_it_takes():

@@ -511,6 +511,14 @@ class PartitionMetadataStore:
         rows = snap.read(self.table, COLUMNS, spanner.KeySet(keys=[[t] for t in tokens]), **read)
         return sorted((PartitionMetadata.from_row(r) for r in rows), key=lambda p: (p.start_timestamp, p.token))
 
+    def count_finished(self) -> int:
+        """How many partitions are FINISHED: the State index's keys over that state, counted (cleanup
+        keeps them to CS_PLATFORM_METADATA_RETENTION_SECONDS' worth)."""
+        finished = spanner.KeySet(ranges=[spanner.KeyRange(start_closed=[PartitionState.FINISHED.value], end_closed=[PartitionState.FINISHED.value])])
+        with self.database.snapshot() as snap:
+            rows = snap.read(self.table, ["PartitionToken"], finished, index=f"{self.table}ByState", timeout=self.timeout_s, request_options=self.options)
+            return sum(1 for _ in rows)
+
     def schedulable(self) -> list[PartitionMetadata]:
         return self.unfinished().schedulable
 

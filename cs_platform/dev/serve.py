@@ -1,10 +1,11 @@
 """`make dev`: ``dagster dev -w workspace.yaml`` on the embedded default.
 
 Starts a private emulator with the bank database and change stream, a Spark Connect server for the
-lake runs (a warm JVM: a lake run starts none), keeps a paced writer committing transfers, and runs
-``dagster dev`` (webserver + daemon) pointed at them through the environment. The
+lake runs (a warm JVM: a lake run starts none), the Prometheus exporter (``cs-platform-metrics``,
+on CS_PLATFORM_METRICS_PORT), keeps a paced writer committing transfers, and runs ``dagster dev``
+(webserver + daemon) pointed at them through the environment. The
 sensor is on: it initializes the metadata table and launches one run per partition token. Ctrl-C
-stops dagster dev, the writer, the Spark Connect server and the emulator.
+stops dagster dev, the writer, the exporter, the Spark Connect server and the emulator.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.dev.embedded import embedded_bank
+from cs_platform.dev.metrics_server import metrics_server
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 
@@ -45,18 +49,25 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("google").setLevel(logging.WARNING)
 
-    with embedded_bank(args.workdir, partition_alive_seconds=20) as bank, spark_connect_server(args.workdir / "spark-connect.log") as remote:
+    with ExitStack() as stack:
+        bank = stack.enter_context(embedded_bank(args.workdir, partition_alive_seconds=20))
+        remote = stack.enter_context(spark_connect_server(args.workdir / "spark-connect.log"))
         os.environ.update(
             CS_PLATFORM_SPARK_REMOTE=remote, CS_PLATFORM_START_TIMESTAMP=utc_now().isoformat(), **DEV_SETTINGS
         )
+        metrics = stack.enter_context(metrics_server(args.workdir / "metrics.log"))
         workload = BankWorkload(bank.bank)
         writer = threading.Thread(
             target=workload.run_until, args=(utc_now() + timedelta(days=1), args.writes_per_second), daemon=True
         )
         writer.start()
         command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(args.port)]
-        log.info("emulator on %s; Spark Connect on %s; DAGSTER_HOME=%s; open http://127.0.0.1:%d", bank.emulator.host, remote, bank.dagster_home, args.port)
+        log.info(
+            "emulator on %s; Spark Connect on %s; DAGSTER_HOME=%s; metrics at %s; open http://127.0.0.1:%d",
+            bank.emulator.host, remote, bank.dagster_home, metrics, args.port,
+        )
         dagster = subprocess.Popen(command)
+        signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill PID` stops every part too, as Ctrl-C does
         try:
             dagster.wait()
         except KeyboardInterrupt:

@@ -33,6 +33,7 @@ from cs_platform.dev.dagster_dev import REPO
 from cs_platform.dev.embedded import EmbeddedBank, embedded_bank, instance_yaml
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
+from cs_platform.dev.metrics_server import metrics_server
 from cs_platform.dev.postgres import postgres_server
 from cs_platform.dev.process_group import await_listening, launch, stop_process_group
 from cs_platform.dev.serve import DEV_SETTINGS
@@ -58,6 +59,7 @@ class Stack:
     start: datetime  # the stream's start: the snapshot's time
     spark_events: Path  # Spark's event logs of the lake runs (which executor ran which task)
     webserver_log: Path
+    metrics: str  # the URL Prometheus scrapes (cs-platform-metrics)
 
     @property
     def webserver(self) -> str:
@@ -90,13 +92,15 @@ def dagster_yaml(postgres_url: str) -> str:
 
 @contextmanager
 def production_stack(
-    workdir: Path, accounts: int = 20, before_start: int = 300, gcs: str | None = None, partition_alive_seconds: int = 20
+    workdir: Path, accounts: int = 20, before_start: int = 300, gcs: str | None = None, partition_alive_seconds: int = 20,
+    metrics_port: int | None = None,
 ) -> Iterator[Stack]:
     """Start every part, open ``accounts`` accounts and commit ``before_start`` transfers, start the
     stream after them (its first cut is their snapshot), point the environment at the parts (for the
     daemon, the webserver and their run processes), and stop each by its PID on exit. ``gcs``: a
     GCS emulator that is already running (the tests'), instead of a new one; partitions churn every
-    ``partition_alive_seconds`` (the emulator's default is 20)."""
+    ``partition_alive_seconds`` (the emulator's default is 20); the metrics exporter serves on
+    ``metrics_port`` (default CS_PLATFORM_METRICS_PORT)."""
     with ExitStack() as stack:
         bank = stack.enter_context(embedded_bank(workdir, partition_alive_seconds=partition_alive_seconds))
         workload = BankWorkload(bank.bank)
@@ -144,7 +148,8 @@ def production_stack(
             workdir / "dagster-webserver.log", cwd=REPO,
         )
         stack.callback(stop_process_group, webserver)
-        yield Stack(bank, gcs, master, postgres, port, webserver, daemon, workload, start, events, workdir / "dagster-webserver.log")
+        metrics = stack.enter_context(metrics_server(workdir / "metrics.log", metrics_port))
+        yield Stack(bank, gcs, master, postgres, port, webserver, daemon, workload, start, events, workdir / "dagster-webserver.log", metrics)
 
 
 def main() -> None:
@@ -164,6 +169,7 @@ def main() -> None:
             f"Spark master:   {stack.spark_master}\n"
             f"GCS emulator:   {stack.gcs_endpoint} (landing {stack.landing_root}, lake {stack.lake_root})\n"
             f"PostgreSQL:     {stack.postgres_url}\n"
+            f"Metrics:        {stack.metrics} (Prometheus; docs/operations.md)\n"
             f"Spanner:        {stack.bank.emulator.host} (a writer commits {args.writes_per_second:g} transfers a second)\n"
             f"logs in {args.workdir}/; Ctrl-C stops everything\n"
         )

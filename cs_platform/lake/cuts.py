@@ -28,6 +28,7 @@ published, and at which mirror versions, is read from the manifest's log without
 from __future__ import annotations
 
 import json
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -232,6 +233,7 @@ class Lake:
         ``shapes`` (the watched tables' digests at ``cut``) is recorded for every mirror the cut
         brings to it, not for those in ``snapshot_instead``: theirs comes with their snapshot, so a
         crash before it leaves the old digest, and the next cut reads them whole again."""
+        began = time.monotonic()
         cut = plain_datetime(cut)
         published = self.last_published()
         previous = published.cut if published else None
@@ -243,7 +245,7 @@ class Lake:
         if published is not None and latest is not None and latest <= previous:
             # Nothing was committed after the previous cut (an idle stream whose watermark moved on
             # heartbeats): the cut publishes the same versions, with no Spark job but its manifest append.
-            self._publish(PublishedCut(cut, published.versions, previous, frozen, shapes), 0, 0)
+            self._publish(PublishedCut(cut, published.versions, previous, frozen, shapes, time.monotonic() - began), 0, 0)
             return CutResult(cut, previous, True, versions=published.versions, frozen=frozen)
         changes = self.changes(previous, cut).cache()  # the range is scanned once
         try:
@@ -284,7 +286,7 @@ class Lake:
         if not versions and previous is None:
             return CutResult(cut, previous, applied=False)  # nothing under the first cut: no mirror to record
         versions = dict(sorted({**(published.versions if published else {}), **versions}.items()))
-        self._publish(PublishedCut(cut, versions, previous, frozen, shapes), transactions, mods)
+        self._publish(PublishedCut(cut, versions, previous, frozen, shapes, time.monotonic() - began), transactions, mods)
         return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad), histories, appended, frozen)
 
     def _write_tables(

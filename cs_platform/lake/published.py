@@ -46,6 +46,7 @@ class PublishedCut:
     previous: datetime | None = None
     frozen: dict[str, datetime] = field(default_factory=dict)
     shapes: dict[str, str] = field(default_factory=dict)
+    seconds: float | None = None  # how long applying and publishing it took (None: not recorded)
 
     def to_json(self) -> str:
         previous = self.previous and self.previous.isoformat()
@@ -54,6 +55,8 @@ class PublishedCut:
             recorded["frozen"] = {table: since.isoformat() for table, since in sorted(self.frozen.items())}
         if self.shapes:
             recorded["shapes"] = dict(sorted(self.shapes.items()))
+        if self.seconds is not None:
+            recorded["seconds"] = round(self.seconds, 3)
         return json.dumps(recorded)
 
     @classmethod
@@ -65,6 +68,7 @@ class PublishedCut:
             datetime.fromisoformat(previous) if previous else None,
             {t: datetime.fromisoformat(since) for t, since in recorded.get("frozen", {}).items()},
             recorded.get("shapes", {}),
+            recorded.get("seconds"),
         )
 
 

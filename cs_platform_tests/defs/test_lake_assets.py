@@ -6,7 +6,7 @@ cannot mirror stops the step with its check red."""
 
 from datetime import timedelta
 
-from dagster import AssetKey, DagsterEventType, materialize
+from dagster import AssetKey, DagsterEventType, build_sensor_context, materialize
 
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.definitions import build_definitions
@@ -125,7 +125,7 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     assert checked.passed and checked.asset_key == HISTORY
 
 
-def test_a_column_the_lake_cannot_mirror_stops_the_lake_step_with_its_check_red(stream_setup, dagster_instance, spark, monkeypatch, tmp_path):
+def test_a_column_the_lake_cannot_mirror_stops_the_lake_step_with_its_check_red(stream_setup, dagster_instance, spark, monkeypatch, tmp_path, alert_receivers):
     """A column added mid-stream whose type the lake has no mirror type for (a proto column as the
     emulator streams it: its type by bare name, see changestream/test_value_capture.py): the lake
     step applies nothing, its typed_values check goes red naming the column, and the step fails
@@ -155,3 +155,10 @@ def test_a_column_the_lake_cannot_mirror_stops_the_lake_step_with_its_check_red(
     error = failure.step_failure_data
     assert "Hands.Card" in error.error.message and "upgrade cs_platform" in error.error.message
     assert Lake(spark, str(tmp_path / "lake" / "HandsStream")).cuts() == [start]  # the snapshot at T0 only: the cut applied nothing
+    # The on-call engineer is told, once, by the alerts sensor (defs/alerts.py), with what the check says.
+    with build_sensor_context(instance=dagster_instance, repository_def=defs.get_repository_def()) as context:
+        assert defs.get_sensor_def("alerts").evaluate_tick(context).skip_message.startswith("1 alert(s) sent")
+    [alert] = alert_receivers.posts["/hook"]
+    assert alert["kind"] == "check_failed" and alert["title"] == "check typed_values of hands_stream/mirrors failed (ERROR)"
+    assert "Hands.Card" in alert["text"] and alert["link"].endswith("/assets/hands_stream/mirrors?view=checks")
+    assert len(alert_receivers.posts["/slack"]) == len(alert_receivers.mails) == 1
