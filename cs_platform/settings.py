@@ -172,7 +172,7 @@ SETTINGS = {
         Setting("CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS", Number(0, 30 * DAY), "3600", "VACUUM spares files removed this long before the oldest kept cut, and any younger file: keep it above the longest lake run", "vacuum_margin_seconds"),
         Setting("CS_PLATFORM_CLEANUP_CRON", _cron, "43 * * * *", "when cleanup runs (finished partitions and their keys, old reader runs, ingested landing files)"),
         Setting("CS_PLATFORM_METADATA_RETENTION_SECONDS", Number(0, 366 * DAY), "86400", "cleanup removes FINISHED partitions (metadata rows and dynamic partition keys) finished longer ago than this", "metadata_retention_seconds"),
-        Setting("CS_PLATFORM_RUN_RETENTION_SECONDS", Number(0, 366 * DAY), "259200", "cleanup deletes reader runs (and their event logs) that ended longer ago than this", "run_retention_seconds"),
+        Setting("CS_PLATFORM_RUN_RETENTION_SECONDS", Number(0, 366 * DAY), "259200", "cleanup deletes reader and lake runs (and their event logs) that ended longer ago than this", "run_retention_seconds"),
         Setting("CS_PLATFORM_LANDING_RETENTION_SECONDS", Number(0, 366 * DAY), "86400", "cleanup removes landing files the changelog ingested once their watermark is older than this", "landing_retention_seconds"),
         Setting("CS_PLATFORM_MAX_LAG_SECONDS", Number(120, 7 * DAY), "600", "the lake is late (freshness, lag check) beyond this; 120 at least: the mirrors' freshness policy warns at half of it, and Dagster's least freshness window is a minute", "max_lag_seconds"),
         Setting("CS_PLATFORM_ALERT_SLACK_WEBHOOK", str, None, "a Slack incoming webhook URL the alerts sensor posts to (none: no Slack alerts)"),

@@ -185,6 +185,19 @@ def dagster_instance():
         yield instance
 
 
+def end_run(instance, job, failed: bool, tags: dict | None = None) -> str:
+    """A run of ``job`` (a job definition), ended the way Dagster's run monitoring ends a run it
+    finds dead (``report_run_failed``), or with the success event a finished run records; its id."""
+    from dagster import DagsterEvent, DagsterEventType
+
+    run = instance.create_run_for_job(job, tags=tags or {})
+    if failed:
+        instance.report_run_failed(run, message="the run worker exited")
+    else:
+        instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=job.name), run_id=run.run_id)
+    return run.run_id
+
+
 @dataclass
 class Received:
     """What the local alert receivers got: JSON bodies by URL path, and e-mails."""

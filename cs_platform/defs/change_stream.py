@@ -139,7 +139,7 @@ def change_stream_definitions(
         names.slug, stream, AssetKey([names.slug, "mirrors"]), maintenance_cron
     )
     cleanup, cleanup_job, cleanup_schedule = cleanup_definitions(
-        names.slug, stream, names.resource_key, names.partitions, names.job, cleanup_cron
+        names.slug, stream, names.resource_key, names.partitions, (names.job, lake_job.name), cleanup_cron
     )
     return Definitions(
         assets=[landed_changes, lake_step, maintenance, rebuild, cleanup],

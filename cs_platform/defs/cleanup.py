@@ -8,7 +8,8 @@ retention (``RetentionResource``):
 2. the dynamic partition keys whose partition is no longer in the metadata table: found by looking
    the keys up, not from step 1's result, so a pass killed between the two steps is finished by
    the next one. Their materializations stay in the event log (until their runs are deleted);
-3. reader runs that ended before the run retention, with their event logs;
+3. reader and lake runs that ended before the run retention, with their event logs (a lake run
+   lives up to CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS and records every cut it publishes);
 4. landing files the changelog has ingested (its marks, from the lake's Delta log) whose watermark
    is older than the landing retention. A file the changelog has not ingested is never removed.
 
@@ -72,7 +73,7 @@ def clean_up(
     lake: LakeResource,
     retention: RetentionResource,
     partitions_def: str,
-    reader_job: str,
+    jobs: tuple[str, ...],
     log,
 ) -> CleanupResult:
     store = change_stream.metadata_store()
@@ -82,8 +83,11 @@ def clean_up(
     keys_removed = remove_orphan_keys(instance, partitions_def, store)
     log.info(f"removed {keys_removed} dynamic partition keys of {partitions_def}")
     now = datetime.now(timezone.utc)
-    runs_removed, runs_left = remove_ended_runs(instance, reader_job, now - retention.runs)
-    log.info(f"deleted {runs_removed} reader runs that ended before {(now - retention.runs).isoformat()} ({runs_left} left)")
+    runs_removed = runs_left = 0
+    for job in jobs:  # the reader's, then the lake's
+        removed_now, left = remove_ended_runs(instance, job, now - retention.runs)
+        log.info(f"deleted {removed_now} runs of {job} that ended before {(now - retention.runs).isoformat()} ({left} left)")
+        runs_removed, runs_left = runs_removed + removed_now, runs_left + left
     from cs_platform.lake.cuts import ingested_landing  # the lake's modules load PySpark: only when a pass runs
 
     live_keys = {p.key for p in store.unfinished().partitions}
@@ -96,7 +100,7 @@ def clean_up(
     return CleanupResult(len(removed), keys_removed, runs_removed, runs_left, files)
 
 
-def cleanup_definitions(slug: str, stream: str, resource_key: str, partitions_def: str, reader_job: str, cron: str) -> tuple:
+def cleanup_definitions(slug: str, stream: str, resource_key: str, partitions_def: str, jobs: tuple[str, ...], cron: str) -> tuple:
     """The cleanup asset of one stream, its job and its schedule."""
     key = AssetKey([slug, "cleanup"])
 
@@ -107,7 +111,7 @@ def cleanup_definitions(slug: str, stream: str, resource_key: str, partitions_de
         required_resource_keys={resource_key, "landing", "lake", "retention"},
         description=(
             f"Removes what stream {stream} leaves behind, by retention: FINISHED partitions (metadata rows and "
-            "dynamic partition keys), ended reader runs, and landing files the changelog has ingested. Never a "
+            "dynamic partition keys), ended reader and lake runs, and landing files the changelog has ingested. Never a "
             "file the changelog has not read, never a parent of an unfinished partition; safe to kill and re-run."
         ),
     )
@@ -119,7 +123,7 @@ def cleanup_definitions(slug: str, stream: str, resource_key: str, partitions_de
             context.resources.lake,
             context.resources.retention.validated(),
             partitions_def,
-            reader_job,
+            jobs,
             context.log,
         )
         return MaterializeResult(metadata=cleanup_metadata(result))

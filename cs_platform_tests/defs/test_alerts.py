@@ -8,11 +8,12 @@ The runs are the product's jobs, ended the way Dagster's run monitoring ends a r
 daemon's tick would; a check failure of a real lake step is alerted in
 ``test_lake_assets.py``."""
 
-from dagster import AssetCheckEvaluation, AssetCheckSeverity, AssetKey, DagsterEvent, DagsterEventType, build_sensor_context
+from dagster import AssetCheckEvaluation, AssetCheckSeverity, AssetKey, build_sensor_context
 from dagster._core.definitions.freshness import FreshnessState, FreshnessStateChange
 
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.alerts import READER_FAILURES_TO_ALERT
+from cs_platform_tests.conftest import end_run
 from cs_platform_tests.test_settings import BASE
 
 LAKE_JOB, READER_JOB = "bank_stream_lake", "bank_stream_read_partition"
@@ -34,13 +35,7 @@ class Ticks:
         return result.skip_message or ""
 
     def end_run(self, job: str, failed: bool, partition: str | None = None) -> str:
-        tags = {"dagster/partition": partition} if partition else {}
-        run = self.instance.create_run_for_job(self.defs.resolve_job_def(job), tags=tags)
-        if failed:
-            self.instance.report_run_failed(run, message="the run worker exited")
-        else:
-            self.instance.report_dagster_event(DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=job), run_id=run.run_id)
-        return run.run_id
+        return end_run(self.instance, self.defs.resolve_job_def(job), failed, {"dagster/partition": partition} if partition else {})
 
 
 def test_each_alert_reaches_slack_the_webhook_and_email_once(dagster_instance, alert_receivers):

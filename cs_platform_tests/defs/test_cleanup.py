@@ -1,14 +1,15 @@
 """Cleanup on real parts: a stream read by sensor-launched runs, a lake cut that ingested only part
 of what landed, then cleanup passes SIGKILLed right after the first deletion of each step, and a
 full pass. Nothing the changelog has not ingested is removed, each killed step is finished by the
-next pass, and the lake then cuts the whole stream, complete."""
+next pass, ended reader and lake runs go (a lake run still cutting stays), and the lake then cuts
+the whole stream, complete."""
 
 import os
 import signal
 
 import pytest
 
-from dagster import AssetKey, RunsFilter, materialize
+from dagster import AssetKey, DagsterRunStatus, RunsFilter, materialize
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState
 from cs_platform.definitions import build_definitions
@@ -16,9 +17,10 @@ from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.lake.cuts import ingested_landing
 from cs_platform.landing.store import LandingStore
+from cs_platform_tests.conftest import end_run
 from cs_platform_tests.defs.processes import spawn, wait_for
 
-PARTITIONS, READER_JOB = "bank_stream_partitions", "bank_stream_read_partition"
+PARTITIONS, READER_JOB, LAKE_JOB = "bank_stream_partitions", "bank_stream_read_partition", "bank_stream_lake"
 
 
 def asset(defs, *key: str):
@@ -61,6 +63,9 @@ def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_
         return len(store.all()), keys, dagster_instance.get_runs_count(RunsFilter(job_name=READER_JOB)), len(landing.files("BankStream"))
 
     before = state()
+    lake_job = defs.resolve_job_def(LAKE_JOB)  # ended lake runs (one failed), and one still cutting
+    ended_lake_runs = [end_run(dagster_instance, lake_job, failed) for failed in (True, False)]
+    cutting = dagster_instance.create_run_for_job(lake_job, status=DagsterRunStatus.STARTED)
     # Each pass is killed right after the first deletion of a step; it finished the steps before it.
     for step, index in (("metadata", 0), ("keys", 1), ("runs", 2), ("landing", 3)):
         marker = tmp_path / f"cleanup-{step}.json"
@@ -84,6 +89,7 @@ def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_
     assert len(rows) < before[0]
     assert set(dagster_instance.get_dynamic_partitions(PARTITIONS)) <= {p.key for p in rows}
     assert dagster_instance.get_runs_count(RunsFilter(job_name=READER_JOB)) == 0
+    assert ended_lake_runs and [r.run_id for r in dagster_instance.get_runs(RunsFilter(job_name=LAKE_JOB))] == [cutting.run_id]
 
     # The lake cuts the rest of the stream from what cleanup kept: every committed transaction.
     second = materialize(cut_step, resources=defs.resources, instance=dagster_instance)
