@@ -35,7 +35,9 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import threading
 import time
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Iterator
@@ -293,10 +295,16 @@ class PartitionReader:
         soft_timeout: timedelta,
         chunk_mods: int | None = DEFAULT_CHUNK_MODS,
         chunk_interval: timedelta | None = DEFAULT_CHUNK_INTERVAL,
+        stop: threading.Event | None = None,
     ) -> Iterator[PartitionBatch]:
         """Read ``partition`` from just after its watermark for at most ``soft_timeout``, handing
         out a chunk whenever ``chunk_mods`` mods are safe below the watermark, and ``chunk_interval``
         after the last chunk if the watermark moved since (both None: one chunk).
+
+        ``stop`` set (a drain: the run was asked to end) ends the read at the next response (a
+        record or a heartbeat, one every heartbeat interval at least) or at once between polled
+        windows: the last chunk then holds what is safe below the watermark so far, as any chunk
+        does, and never says the partition finished.
 
         Each chunk holds every record of the partition in (previous chunk's watermark, its
         watermark], and a piece also the first ``mods_past_watermark`` mods just past it (a
@@ -309,7 +317,7 @@ class PartitionReader:
         query_end = utc_now() + soft_timeout
         if partition.end_timestamp is not None:
             query_end = min(query_end, partition.end_timestamp)
-        return self._read(partition, query_start, max(query_end, query_start), partition.watermark, chunk_mods, chunk_interval)
+        return self._read(partition, query_start, max(query_end, query_start), partition.watermark, chunk_mods, chunk_interval, stop=stop)
 
     def replay(self, partition: PartitionMetadata, chunk_mods: int | None = None) -> Iterator[PartitionBatch]:
         """Re-read what the partition has already landed: [reads_from, watermark] (a backfill), in chunks.
@@ -330,8 +338,10 @@ class PartitionReader:
         chunk_mods: int | None,
         chunk_interval: timedelta | None,
         replay: bool = False,
+        stop: threading.Event | None = None,
     ) -> Iterator[PartitionBatch]:
         """Query ``[query_start, query_end]``: in one streaming query, or in polled windows (``tail``)."""
+        stop = stop or threading.Event()
         progress = _Progress(watermark=watermark, chunk_start=query_start, record_children=not replay)
         read_started_at, began = utc_now(), time.monotonic()
         chunk = functools.partial(self._chunk, partition, query_end, progress, read_started_at, chunk_mods)
@@ -342,21 +352,22 @@ class PartitionReader:
                 window_end = min(window_end, max(query_start, progress.watermark + ONE_MICROSECOND) + span)
             if window_end >= max(query_start, progress.watermark + ONE_MICROSECOND):
                 try:
-                    for _ in self._query(partition, query_start, window_end, progress, began, chunk_mods, chunk_interval):
+                    for _ in self._query(partition, query_start, window_end, progress, began, chunk_mods, chunk_interval, stop):
                         yield chunk(False)
                 except ResultTooLargeError as e:
                     span = self._narrower(partition, progress, query_start, window_end, e)
                     continue
+                if stop.is_set():  # the query may have ended early: its window is not done
+                    break
                 if self._window_done(partition, progress, window_end):
                     break
                 if window_end < query_end and progress.chunk_due(None, chunk_interval):
                     yield chunk(False)  # polled windows: the interval is checked between them
-            if window_end >= query_end:
+            if window_end >= query_end or stop.wait(self.tail.pause_s(utc_now(), query_end)):
                 break
-            time.sleep(self.tail.pause_s(utc_now(), query_end))
 
-        finished = progress.end is not None or (
-            partition.end_timestamp is not None and progress.watermark >= partition.end_timestamp
+        finished = not stop.is_set() and (
+            progress.end is not None or (partition.end_timestamp is not None and progress.watermark >= partition.end_timestamp)
         )
         yield chunk(finished)
 
@@ -418,20 +429,24 @@ class PartitionReader:
         began: float,
         chunk_mods: int | None,
         chunk_interval: timedelta | None,
+        stop: threading.Event,
     ) -> Iterator[None]:
-        """Run one query to completion, retrying transient failures from the safe watermark; yield
-        whenever a chunk is due (the caller takes it)."""
+        """Run one query to completion (or until ``stop`` is set), retrying transient failures from
+        the safe watermark; yield whenever a chunk is due (the caller takes it)."""
         attempt = 0
         failed_at = None  # the watermark at the last failure: a failure past it starts the count again
         while True:
             start = max(query_start, progress.watermark + ONE_MICROSECOND)
             try:
-                for record in self._records(partition, start, query_end):
-                    if progress.first_response_s is None:
-                        progress.first_response_s = time.monotonic() - began
-                    self._apply(partition, record, progress)
-                    while progress.chunk_due(chunk_mods, chunk_interval):  # what a chunk leaves may fill a piece
-                        yield
+                with closing(self._records(partition, start, query_end)) as records:  # closing it ends the query
+                    for record in records:
+                        if progress.first_response_s is None:
+                            progress.first_response_s = time.monotonic() - began
+                        self._apply(partition, record, progress)
+                        while progress.chunk_due(chunk_mods, chunk_interval):  # what a chunk leaves may fill a piece
+                            yield
+                        if stop.is_set():
+                            return
                 return
             except TransientError as e:
                 attempt = 1 if failed_at is None or progress.watermark > failed_at else attempt + 1

@@ -4,6 +4,12 @@ A run ends early, between two landings, when the sensor asked it to yield its sl
 wait for one) and it has read for yield_after_seconds: reads rotate instead of queueing behind
 soft timeouts, so the low watermark keeps moving however many partitions are live.
 
+A run asked to end drains: Dagster's termination (its run worker gets SIGINT), a SIGTERM (a deploy,
+a scale-down) or the run found CANCELING make the read stop at its next response (a heartbeat comes
+every CS_PLATFORM_HEARTBEAT_MILLIS, 2 s by default), land what it read and persist its watermark,
+and the run then ends CANCELED: nothing it read is dropped, nothing is read twice (docs/operations.md,
+"Stop a stream").
+
 The order is the correctness argument (DESIGN invariant 2, Beam's BundleFinalizer): the watermark
 is persisted only after the landing write returned, so a crash at any point either loses nothing
 (the next run resumes from the old watermark) or lands a duplicate (removed downstream by change
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import resource
+import threading
 import time
 from contextlib import closing
 from dataclasses import dataclass
@@ -36,11 +43,8 @@ from cs_platform.changestream.errors import FencedOffError
 from cs_platform.changestream.metadata import PartitionMetadata, PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
-from cs_platform.defs.runs import YIELD_TAG, live_runs_by_partition, mark_progress
+from cs_platform.defs.runs import CANCELLED, YIELD_TAG, drain_on_interrupt, end_canceled, live_runs_by_partition, mark_progress
 from cs_platform.landing.store import LandedFile
-
-GIVEN_UP = (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)
-
 
 def read_and_land(
     context: AssetExecutionContext, job_name: str, change_stream: ChangeStreamResource, landing_resource: LandingResource
@@ -54,6 +58,7 @@ def read_and_land(
     reader = change_stream.reader()
     replay = partition.state is PartitionState.FINISHED
     chunk_mods = change_stream.landing_chunk_mods
+    drain = threading.Event()
     if replay:
         context.log.info(f"partition {key} is FINISHED: replaying {partition.reads_from} .. {partition.watermark}")
         chunks = reader.replay(partition, chunk_mods)
@@ -63,12 +68,14 @@ def read_and_land(
             f"reading partition {key} ({partition.state.value}) from watermark {partition.watermark.isoformat()} "
             f"for up to {change_stream.soft_timeout_seconds:g}s"
         )
-        chunks = reader.read_chunks(partition, change_stream.soft_timeout, chunk_mods, change_stream.landing_interval)
+        chunks = reader.read_chunks(partition, change_stream.soft_timeout, chunk_mods, change_stream.landing_interval, stop=drain)
     totals = ReadTotals()
     started = time.monotonic()
-    with closing(chunks):  # ending early closes the read's stream
+    with drain_on_interrupt(drain), closing(chunks):  # ending early closes the read's stream
         for chunk in chunks:  # each one durable, then its watermark persisted, before the next is read
             run = _stop_if_given_up(context, key)
+            if run is not None and run.status in CANCELLED:
+                drain.set()  # terminated where no signal reached the step: drain all the same
             landed = landing.write(change_stream.stream_name, key, chunk)
             if not replay:
                 _persist(context, store, partition, chunk)
@@ -78,6 +85,8 @@ def read_and_land(
                 context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
                 context.log_event(landing_observation(context, key, chunk, landed, totals))
             read_s = time.monotonic() - started
+            if replay and drain.is_set():  # a replay moves no watermark: it just stops
+                break
             if _yields(run, replay or chunk.finished, read_s, change_stream.yield_after_seconds):
                 totals.yielded = True
                 context.log.info(
@@ -85,6 +94,13 @@ def read_and_land(
                     f"watermark {chunk.watermark.isoformat()} persisted"
                 )
                 break
+    if drain.is_set():
+        last = totals.last
+        context.log.info(
+            f"drained: asked to end, landed what it read ({totals.mods} mods in all) and persisted watermark "
+            f"{last.watermark.isoformat() if last else 'none'}; ending CANCELED"
+        )
+        end_canceled(context.instance, context.run_id, f"partition {key}: drained on request, watermark persisted")
     # The run's process at its peak (Linux: KiB): what a run slot costs, for sizing workers.
     peak_rss_mb = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     return MaterializeResult(metadata={**materialization_metadata(partition, totals, replay), "peak_rss_mb": peak_rss_mb})
@@ -178,8 +194,9 @@ def _refuse_concurrent_read(context: AssetExecutionContext, job_name: str, key: 
 
 
 def _stop_if_given_up(context: AssetExecutionContext, key: str) -> DagsterRun | None:
-    """Stop before landing if this run was marked failed or cancelled while it read; else return
-    the run as the storage has it now (its tags say whether it was asked to yield its slot).
+    """Stop before landing if this run was marked failed while it read; else return the run as the
+    storage has it now (its tags say whether it was asked to yield its slot, its status whether it
+    was cancelled: then it drains).
 
     The sensor marks a run FAILURE and re-launches its partition once the run has not landed for
     stale_run_seconds. If the run was alive after all (a stalled machine, a paused VM), reading on
@@ -188,11 +205,11 @@ def _stop_if_given_up(context: AssetExecutionContext, key: str) -> DagsterRun | 
     per chunk, against a chunk's Spanner read and file write.
     """
     run = context.instance.get_run_by_id(context.run_id)
-    if run is not None and run.status in GIVEN_UP:
+    if run is not None and run.status is DagsterRunStatus.FAILURE:
         raise Failure(
             description=(
-                f"run {context.run_id} is {run.status.value} (presumed dead by the sensor after stale_run_seconds without a landing, "
-                f"or cancelled) but was still reading partition {key}: stopping before its next landing so that "
+                f"run {context.run_id} is {run.status.value} (presumed dead by the sensor after stale_run_seconds without a landing) "
+                f"but was still reading partition {key}: stopping before its next landing so that "
                 "only the re-launched run reads it. What this run landed stays landed; raise "
                 "CS_PLATFORM_STALE_RUN_SECONDS if live runs are presumed dead on this machine."
             ),

@@ -6,10 +6,14 @@ stream's job (sensor runs) or selects the stream's asset (UI materializations an
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
 from collections import defaultdict
+from contextlib import contextmanager
+from typing import Iterator
 
-from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
+from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
 
 LIVE_RUN_STATUSES = [
     DagsterRunStatus.QUEUED,
@@ -18,6 +22,7 @@ LIVE_RUN_STATUSES = [
     DagsterRunStatus.STARTED,
     DagsterRunStatus.CANCELING,
 ]
+CANCELLED = (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)  # a run asked to end: it drains
 PARTITION_TAG = "dagster/partition"
 # Set by the sensor on live reader runs when partitions wait for a slot: the run lands, persists its
 # watermark and ends at its next landing once it has read for yield_after_seconds.
@@ -81,3 +86,29 @@ def queued_runs_allowed(instance: DagsterInstance, tag: str) -> int | None:
     if config.max_concurrent_runs is not None and config.max_concurrent_runs >= 0:
         limits.append(config.max_concurrent_runs)
     return min(limits, default=None)
+
+
+@contextmanager
+def drain_on_interrupt(drain: threading.Event) -> Iterator[None]:
+    """While a read runs, SIGINT (Dagster's termination of a run) and SIGTERM set ``drain`` instead
+    of interrupting it mid-landing; the previous handlers come back after. Signals reach the main
+    thread only, where a run's step executes; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, lambda *_: drain.set()) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def end_canceled(instance: DagsterInstance, run_id: str, why: str) -> None:
+    """End a drained run CANCELED: Dagster calls an interrupted run failed unless a termination was
+    requested, and a bare SIGTERM (a deploy, a scale-down) requests none, so the run records the
+    request itself before it raises the interruption."""
+    run = instance.get_run_by_id(run_id)
+    if run is not None and run.status not in CANCELLED:
+        instance.report_run_canceling(run, message=f"asked to end (a signal): {why}")
+    raise DagsterExecutionInterruptedError(why)

@@ -24,6 +24,7 @@ from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority
 from cs_platform.changestream.reader import PartitionReader, RetryPolicy, _Progress
 from cs_platform.changestream.tail import POLLING, STREAMING
 from cs_platform.landing.store import LandingStore, landed_name
+from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 from cs_platform_tests.landing.test_store import record
@@ -325,6 +326,44 @@ def test_a_live_read_lands_at_every_interval_with_or_without_data(bank, metadata
         ]
     assert any(c.records for chunks in reads.values() for c in chunks[:-1]), "no chunk of data before a read's end"
     assert any(not c.records for chunks in reads.values() for c in chunks[:-1]), "no chunk of heartbeats alone"
+
+
+@pytest.mark.parametrize("tail", [STREAMING, POLLING], ids=["streaming", "polling"])
+def test_a_drained_read_hands_out_what_it_read_and_a_re_read_goes_on_from_its_watermark(bank, metadata_database, tail):
+    """``stop`` set while a read goes on (a run asked to end): the read ends at its next response
+    (streaming) or window (polling) with a last chunk of what is safe below the watermark, not
+    finished; a read from that watermark holds the rest, each record once."""
+    reader, store = make_reader(bank, metadata_database, tail=tail)
+    start = utc_now()
+    store.initialize(start, None, 500)
+    store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True, owner=None)
+    workload, writing = BankWorkload(bank), threading.Event()
+    writer = threading.Thread(target=workload.run_until, args=(start + timedelta(minutes=5), 20), kwargs={"stop": writing})
+    writer.start()
+    try:
+        for _ in range(10):  # a partition lives 3-6 s here: one that ends before the drain is no test of it
+            child = store.schedulable()[0]
+            drain, chunks = threading.Event(), []
+            for chunk in reader.read_chunks(child, timedelta(seconds=30), None, timedelta(seconds=60), stop=drain):
+                chunks.append(chunk)
+                committed = len(workload.committed)  # drained once the writer committed more since this chunk
+                threading.Thread(target=lambda: (wait_until(lambda: len(workload.committed) >= committed + 10, 60, "commits", poll_s=0.1), drain.set())).start()
+            store.record_progress(child.token, chunks[-1].watermark, chunks[-1].finished, owner=None)
+            if not chunks[-1].finished:
+                break
+        else:
+            pytest.fail("every partition ended before its read was drained")
+    finally:
+        writing.set()
+        writer.join()
+    first, drained = chunks
+    assert drained.watermark >= first.watermark and drained.query_start == first.watermark + ONE_MICROSECOND
+    rest = reader.read(store.get(child.token), timedelta(seconds=30))  # to the partition's end (it churns)
+    assert rest.finished and rest.query_start == drained.watermark + ONE_MICROSECOND
+    whole = reader.read(child, timedelta(seconds=30))
+    assert [(r.server_transaction_id, r.record_sequence) for r in (*first.records, *drained.records, *rest.records)] == [
+        (r.server_transaction_id, r.record_sequence) for r in whole.records
+    ]
 
 
 def test_a_read_lands_its_first_chunk_once_caught_up_not_an_interval_after_it_began(bank, metadata_database):

@@ -12,6 +12,9 @@ or, for ``paused``, stops itself with SIGSTOP between that check and the landing
 with rows, writing MARKER first; resumed (SIGCONT), it lands the chunk, writes MARKER.late, and goes
 on to persist its watermark. A ``paused`` run whose partition gets no rows before it ends or yields
 never pauses: it ends as any run does, and writes no MARKER.
+``python -m cs_platform_tests.defs.processes drained KEY MARKER``: one run of the reader job for
+partition KEY, unchanged but for writing MARKER (its pid and the watermark persisted) once its first
+chunk landed and its watermark was persisted; the test then terminates it (SIGTERM), and the run drains.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
 ``python -m cs_platform_tests.defs.processes lake CUTS MARKER [mirror|history]``: a lake run as the
@@ -131,6 +134,21 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
         job.execute_in_process(instance=instance, partition_key=partition_key)
 
 
+def _drained_run(partition_key: str, marker: Path) -> None:
+    persist = PartitionMetadataStore.record_progress
+
+    def record_progress(self, token, watermark, finished, owner):
+        persist(self, token, watermark, finished, owner)
+        if not marker.exists():
+            marker.write_text(json.dumps({"pid": os.getpid(), "watermark": watermark.isoformat(), "run_id": owner}))
+
+    PartitionMetadataStore.record_progress = record_progress
+    job = build_definitions().resolve_job_def(JOB)
+    with DagsterInstance.get() as instance:
+        result = job.execute_in_process(instance=instance, partition_key=partition_key, raise_on_error=False)
+    marker.with_suffix(".ended").write_text(json.dumps({"status": instance.get_run_by_id(result.run_id).status.value}))
+
+
 def _stop_after_first(owner: type, method: str, marker: Path) -> None:
     """Patch ``owner.method`` to do its work once, then write ``marker`` and wait to be killed."""
     original = getattr(owner, method)
@@ -205,6 +223,8 @@ if __name__ == "__main__":
         _run_until_killed()
     elif sys.argv[1] == "cleanup":
         _crashing_cleanup(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "drained":
+        _drained_run(sys.argv[2], Path(sys.argv[3]))
     elif sys.argv[1] == "lake":
         _crashing_lake_run(int(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])
     else:
