@@ -20,6 +20,7 @@ location, and a reader run must not pay for them (``defs.resources.SparkResource
 """
 
 import json
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial
@@ -58,6 +59,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, watch_retention
 from cs_platform.changestream.snapshot import SourceSnapshot
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
+from cs_platform.defs.runs import drain_on_interrupt, end_canceled
 from cs_platform.stream_state import StreamPosition, stream_cut
 
 if TYPE_CHECKING:
@@ -189,18 +191,18 @@ def lake_definitions(
         lake = settings.lake(context.resources.pyspark.spark_session, stream)
         seconds = settings.lake_soft_timeout_seconds if context.run.tags.get(KEEP_CUTTING_TAG) else 0.0
         store, target = change_stream.metadata_store(), change_stream.spanner.target()
-        taken = 0
+        taken, stop = 0, threading.Event()  # set by SIGTERM or Dagster's termination: the run ends after its cut
         try:
-            for taken, cut in enumerate(
-                keep_cutting(lake, context.resources.landing.store(), store, target, stream, seconds, settings.cut_interval_seconds), start=1
-            ):
-                report = assets.report(cut.advance, lake, store, change_stream, settings.max_lag_seconds, cut.last)
-                if cut.last:  # the step's outputs: the run ends on this cut
-                    yield from report
-                else:  # recorded as soon as it is applied, so the UI shows each cut of a live run
-                    for result in report:
-                        context.log_event(assets.as_event(result))
-                context.log.info(describe(cut.advance, taken))
+            with drain_on_interrupt(stop):
+                cuts = keep_cutting(lake, context.resources.landing.store(), store, target, stream, seconds, settings.cut_interval_seconds, stop)
+                for taken, cut in enumerate(cuts, start=1):
+                    report = assets.report(cut.advance, lake, store, change_stream, settings.max_lag_seconds, cut.last)
+                    if cut.last:  # the step's outputs: the run ends on this cut
+                        yield from report
+                    else:  # recorded as soon as it is applied, so the UI shows each cut of a live run
+                        for result in report:
+                            context.log_event(assets.as_event(result))
+                    context.log.info(describe(cut.advance, taken))
         except IncompleteTransactionsError as e:
             yield assets.on_mirrors(_check(BLOCKING_CHECK, False, {"incomplete": e.count, "sample": str(e.missing)}))
             raise Failure(description=str(e), allow_retries=False) from e
@@ -212,6 +214,8 @@ def lake_definitions(
             yield assets.on_mirrors(_check(BLOCKING_CHECK, True, {"incomplete": 0}))
             yield assets.on_mirrors(_check("typed_values", False, found))
             raise Failure(description=str(e), allow_retries=False) from e
+        if stop.is_set():
+            end_canceled(context.instance, context.run_id, f"stream {stream}: asked to end, the lake run ended on a published cut")
         if not taken:
             raise Failure(description=f"stream {stream} has no partitions yet: turn on its partition sensor first")
 

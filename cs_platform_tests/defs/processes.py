@@ -15,6 +15,9 @@ never pauses: it ends as any run does, and writes no MARKER.
 ``python -m cs_platform_tests.defs.processes drained KEY MARKER``: one run of the reader job for
 partition KEY, unchanged but for writing MARKER (its pid and the watermark persisted) once its first
 chunk landed and its watermark was persisted; the test then terminates it (SIGTERM), and the run drains.
+``python -m cs_platform_tests.defs.processes lake_drained MARKER``: a lake run as the lake sensor
+launches it (it keeps cutting), unchanged but for writing MARKER (its pid) once it published a cut
+and MARKER.ended (its run's status) at its end; the test terminates it.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
 ``python -m cs_platform_tests.defs.processes lake CUTS MARKER [mirror|history]``: a lake run as the
@@ -149,6 +152,26 @@ def _drained_run(partition_key: str, marker: Path) -> None:
     marker.with_suffix(".ended").write_text(json.dumps({"status": instance.get_run_by_id(result.run_id).status.value}))
 
 
+def _drained_lake_run(marker: Path) -> None:
+    from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG, LAKE_TAG
+    from cs_platform.lake import cuts
+
+    apply_cut = cuts.Lake.apply_cut
+
+    def noted(self, cut, **options):
+        result = apply_cut(self, cut, **options)
+        if result.applied and not marker.exists():
+            marker.write_text(json.dumps({"pid": os.getpid(), "cut": cut.isoformat()}))
+        return result
+
+    cuts.Lake.apply_cut = noted
+    defs = build_definitions()
+    step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
+    with DagsterInstance.get() as instance:
+        result = materialize(step, resources=defs.resources, instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"}, raise_on_error=False)
+        marker.with_suffix(".ended").write_text(json.dumps({"status": instance.get_run_by_id(result.run_id).status.value}))
+
+
 def _stop_after_first(owner: type, method: str, marker: Path) -> None:
     """Patch ``owner.method`` to do its work once, then write ``marker`` and wait to be killed."""
     original = getattr(owner, method)
@@ -225,6 +248,8 @@ if __name__ == "__main__":
         _crashing_cleanup(sys.argv[2], Path(sys.argv[3]))
     elif sys.argv[1] == "drained":
         _drained_run(sys.argv[2], Path(sys.argv[3]))
+    elif sys.argv[1] == "lake_drained":
+        _drained_lake_run(Path(sys.argv[2]))
     elif sys.argv[1] == "lake":
         _crashing_lake_run(int(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])
     else:

@@ -1,6 +1,7 @@
-"""A reader run asked to end drains (``defs/reading.py``): sent SIGTERM (a deploy) or SIGINT
-(Dagster's termination), it lands what it read since its last landing, persists that watermark and
-ends CANCELED, within a heartbeat or so; the stream read on from there loses and duplicates nothing.
+"""Runs asked to end drain (``defs/reading.py``, ``defs/lake_assets.py``). A reader run sent SIGTERM
+(a deploy) or SIGINT (Dagster's termination) lands what it read since its last landing, persists
+that watermark and ends CANCELED, within a heartbeat or so; the stream read on from there loses and
+duplicates nothing. A lake run sent SIGTERM ends CANCELED on a published cut: every cut is whole.
 Real processes: each run is a process of its own, as the run launcher starts it."""
 
 import json
@@ -9,6 +10,7 @@ import signal
 import time
 from datetime import datetime, timedelta
 
+import pytest
 from dagster import DagsterRunStatus
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState
@@ -16,6 +18,8 @@ from cs_platform.definitions import build_definitions
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.dev.deadline import Deadline, wait_until
 from cs_platform.dev.sensor_loop import SensorLoop
+from cs_platform.dev.oracle import check_bank_cut
+from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore, landed_upto
 from cs_platform_tests.defs.landing_oracle import assert_no_loss
 from cs_platform_tests.defs.processes import SENSOR, spawn, wait_for
@@ -23,7 +27,10 @@ from cs_platform_tests.defs.processes import SENSOR, spawn, wait_for
 DRAIN_BOUND_S = 10  # at the defaults (docs/operations.md); scaled by the machine's load (Deadline)
 
 
-def test_a_terminated_reader_run_lands_what_it_read_persists_its_watermark_and_ends_canceled(bank_stream, dagster_instance, spanner_front, tmp_path, monkeypatch):
+@pytest.mark.heavy
+def test_terminated_runs_drain_readers_land_what_they_read_and_a_lake_run_ends_on_a_published_cut(
+    bank_stream, dagster_instance, spanner_front, spark, tmp_path, monkeypatch
+):
     # Two partitions by key range that live through the test (the emulator's churn every 3 s would
     # end a run before it is terminated); a landing every 30 s, so all a drained run lands after its
     # first landing is what it read since, drained.
@@ -69,12 +76,24 @@ def test_a_terminated_reader_run_lands_what_it_read_persists_its_watermark_and_e
         assert files and max(landed_upto(os.path.basename(f)) for f in files) == after.watermark > first[key]
     print(f"drained in {', '.join(f'{s:.1f}' for s in drained.values())} s after the signal")
 
-    # The sensor reads on from the drained watermarks: every committed mod landed, none twice.
+    # The sensor reads on from the drained watermarks while a lake run cuts; the lake run, sent
+    # SIGTERM once it published a cut, ends CANCELED on a published cut, never half of one.
     monkeypatch.setenv("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", "2")
     monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "2")
+    marker = tmp_path / "lake.json"
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
+        lake_run = spawn("lake_drained", str(marker))
+        loop.run_until(lambda: marker.exists() or lake_run.poll() is not None, timeout_s=300, drain=False)
+        assert lake_run.poll() is None, "the lake run ended before it published a cut"
+        os.kill(lake_run.pid, signal.SIGTERM)
+        assert lake_run.wait(timeout=120) == 0
+        assert json.loads(marker.with_suffix(".ended").read_text())["status"] == DagsterRunStatus.CANCELED.value
         stop.set()
         loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
     writer.join()
     result = assert_no_loss(bank_stream.landing_root, workload, bank_stream.store.low_watermark())
     assert result.duplicates == 0
+    lake = Lake(spark, str(tmp_path / "lake" / "BankStream"))
+    assert lake.cuts()[-1] >= datetime.fromisoformat(json.loads(marker.read_text())["cut"])
+    for cut in lake.cuts():  # each one whole: the bank at that time
+        check_bank_cut(lake, bank_stream.bank, cut)
