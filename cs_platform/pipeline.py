@@ -198,6 +198,7 @@ def keep_cutting(
     seconds: float,
     interval_seconds: float,
     stop: threading.Event | None = None,
+    before_cut: Callable[[], None] | None = None,
 ) -> Iterator[TakenCut]:
     """Cut the lake whenever the stream's low watermark moved, at most every ``interval_seconds``,
     for ``seconds`` (``math.inf``: until ``stop`` is set); what a lake run does with one Spark session.
@@ -206,7 +207,8 @@ def keep_cutting(
     (then it is "already applied", a no-op), so a run always starts and ends on a cut that says
     where the lake stands; ``seconds=0`` is that one cut. A finished stream whose end is applied
     ends it early: nothing can come after. Nothing is yielded while the stream has no partitions.
-    Each cut is ``advance_lake``, so every invariant of a single cut holds for each of them."""
+    Each cut is ``advance_lake``, so every invariant of a single cut holds for each of them.
+    ``before_cut`` is called before each: a run presumed dead stops there, by raising."""
     stop = stop or threading.Event()
     deadline = time.monotonic() + seconds
     applied: datetime | None = None
@@ -220,6 +222,8 @@ def keep_cutting(
             last = True
         cutting = position is not None and (last or (position.cut != applied and now >= next_cut))
         if cutting:
+            if before_cut is not None:
+                before_cut()
             advance = advance_lake(lake, landing, store, target, stream, position, connect)
             yield TakenCut(advance, last)
             applied, next_cut = advance.cut, now + interval_seconds

@@ -59,7 +59,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, watch_retention
 from cs_platform.changestream.snapshot import SourceSnapshot
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
-from cs_platform.defs.runs import drain_on_interrupt, end_canceled
+from cs_platform.defs.runs import drain_on_interrupt, end_canceled, marking_progress, seconds_since_progress
 from cs_platform.stream_state import StreamPosition, stream_cut
 
 if TYPE_CHECKING:
@@ -192,9 +192,24 @@ def lake_definitions(
         seconds = settings.lake_soft_timeout_seconds if context.run.tags.get(KEEP_CUTTING_TAG) else 0.0
         store, target = change_stream.metadata_store(), change_stream.spanner.target()
         taken, stop = 0, threading.Event()  # set by SIGTERM or Dagster's termination: the run ends after its cut
+
+        def still_ours() -> None:
+            """Before each cut: a run the lake sensor presumed dead (it was stopped or stalled) stops."""
+            run = context.instance.get_run_by_id(context.run_id)
+            if run is not None and run.status is DagsterRunStatus.FAILURE:
+                raise Failure(
+                    description=f"lake run {context.run_id} was presumed dead by the lake sensor but is alive: stopping before "
+                    "its next cut so that only its successor cuts. Raise CS_PLATFORM_STALE_RUN_SECONDS if live runs are "
+                    "presumed dead on this machine.",
+                    allow_retries=False,
+                )
+
+        beat = max(0.5, min(10.0, change_stream.stale_run_seconds / 4))
         try:
-            with drain_on_interrupt(stop):
-                cuts = keep_cutting(lake, context.resources.landing.store(), store, target, stream, seconds, settings.cut_interval_seconds, stop)
+            with drain_on_interrupt(stop), marking_progress(context.instance, context.run_id, beat):
+                cuts = keep_cutting(
+                    lake, context.resources.landing.store(), store, target, stream, seconds, settings.cut_interval_seconds, stop, still_ours
+                )
                 for taken, cut in enumerate(cuts, start=1):
                     report = assets.report(cut.advance, lake, store, change_stream, settings.max_lag_seconds, cut.last)
                     if cut.last:  # the step's outputs: the run ends on this cut
@@ -249,7 +264,7 @@ def lake_definitions(
         watched = set(watched_table_names(change_stream.source_database(), stream))
         new = sorted(watched - set(context.instance.get_dynamic_partitions(tables.name)))
         added = [tables.build_add_request(new)] if new else []
-        decision = plan_lake_run(context, job.name, stream, cut, interval_seconds)
+        decision = plan_lake_run(context, job.name, stream, cut, interval_seconds, change_stream.stale_run_seconds)
         if isinstance(decision, SkipReason):
             return SensorResult(skip_reason=decision, dynamic_partitions_requests=added)
         return SensorResult(run_requests=[decision], cursor=cut.isoformat(), dynamic_partitions_requests=added)
@@ -257,8 +272,13 @@ def lake_definitions(
     return lake_step, job, lake_sensor
 
 
-def plan_lake_run(context: SensorEvaluationContext, job_name: str, stream: str, cut: datetime | None, interval_seconds: int):
-    """A RunRequest for a cut at ``cut``, or why not."""
+def plan_lake_run(
+    context: SensorEvaluationContext, job_name: str, stream: str, cut: datetime | None, interval_seconds: int, stale_run_seconds: float
+):
+    """A RunRequest for a cut at ``cut``, or why not. A lake run in flight that has not shown it is
+    alive for ``stale_run_seconds`` (its process marks it every few seconds, ``marking_progress``)
+    is presumed dead, marked failed, and a new one requested at once: without it a lake run killed
+    without a word (SIGKILL, a lost machine) would stay STARTED and stop the lake for good."""
     if cut is None:
         return SkipReason(f"stream {stream} has no partitions yet")
     in_flight = context.instance.get_run_records(
@@ -267,9 +287,18 @@ def plan_lake_run(context: SensorEvaluationContext, job_name: str, stream: str, 
         ]),
         limit=1,
     )
-    if in_flight:
-        return SkipReason(f"lake run {in_flight[0].dagster_run.run_id} of {stream} is in flight")
     tags = {LAKE_TAG: stream, KEEP_CUTTING_TAG: "true"}
+    if in_flight:
+        record = in_flight[0]
+        quiet = seconds_since_progress(record)
+        if quiet is None or quiet <= stale_run_seconds:
+            return SkipReason(f"lake run {record.dagster_run.run_id} of {stream} is in flight")
+        context.instance.report_run_failed(
+            record.dagster_run,
+            f"presumed dead by the lake sensor: not alive for {quiet:.0f}s, longer than stale_run_seconds={stale_run_seconds:g}; "
+            "a new lake run cuts from the last published cut",
+        )
+        return RunRequest(run_key=f"cut-{cut.isoformat()}-after-{record.dagster_run.run_id}", tags=tags)
     last = context.instance.get_run_records(RunsFilter(job_name=job_name, tags={LAKE_TAG: stream}), limit=1)
     requested = datetime.fromisoformat(context.cursor) if context.cursor else None
     if requested is not None and cut <= requested:

@@ -112,3 +112,25 @@ def end_canceled(instance: DagsterInstance, run_id: str, why: str) -> None:
     if run is not None and run.status not in CANCELLED:
         instance.report_run_canceling(run, message=f"asked to end (a signal): {why}")
     raise DagsterExecutionInterruptedError(why)
+
+
+@contextmanager
+def marking_progress(instance: DagsterInstance, run_id: str, every_s: float) -> Iterator[None]:
+    """Mark the run alive every ``every_s`` from a thread while it works (a lake run: a cut may take
+    longer than the sensor waits, a snapshot of a large table minutes): the sensor then presumes it
+    dead only once its process is gone or stopped (SIGKILL, a lost machine, SIGSTOP), not while a
+    long cut runs."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(every_s):
+            mark_progress(instance, run_id)
+
+    mark_progress(instance, run_id)
+    thread = threading.Thread(target=beat, name=f"progress-{run_id[:8]}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()

@@ -15,9 +15,9 @@ never pauses: it ends as any run does, and writes no MARKER.
 ``python -m cs_platform_tests.defs.processes drained KEY MARKER``: one run of the reader job for
 partition KEY, unchanged but for writing MARKER (its pid and the watermark persisted) once its first
 chunk landed and its watermark was persisted; the test then terminates it (SIGTERM), and the run drains.
-``python -m cs_platform_tests.defs.processes lake_drained MARKER``: a lake run as the lake sensor
-launches it (it keeps cutting), unchanged but for writing MARKER (its pid) once it published a cut
-and MARKER.ended (its run's status) at its end; the test terminates it.
+``python -m cs_platform_tests.defs.processes lake_drained MARKER``: a run of the lake job as the lake
+sensor launches it (it keeps cutting), unchanged but for writing MARKER (its pid) once it published
+a cut and MARKER.ended (its run's status) at its end; the test terminates or kills it.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
 ``python -m cs_platform_tests.defs.processes lake CUTS MARKER [mirror|history]``: a lake run as the
@@ -165,10 +165,9 @@ def _drained_lake_run(marker: Path) -> None:
         return result
 
     cuts.Lake.apply_cut = noted
-    defs = build_definitions()
-    step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
+    job = build_definitions().resolve_job_def("bank_stream_lake")  # the lake sensor's job: it sees this run in flight
     with DagsterInstance.get() as instance:
-        result = materialize(step, resources=defs.resources, instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"}, raise_on_error=False)
+        result = job.execute_in_process(instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"}, raise_on_error=False)
         marker.with_suffix(".ended").write_text(json.dumps({"status": instance.get_run_by_id(result.run_id).status.value}))
 
 

@@ -1,8 +1,9 @@
 """Runs asked to end drain (``defs/reading.py``, ``defs/lake_assets.py``). A reader run sent SIGTERM
 (a deploy) or SIGINT (Dagster's termination) lands what it read since its last landing, persists
 that watermark and ends CANCELED, within a heartbeat or so; the stream read on from there loses and
-duplicates nothing. A lake run sent SIGTERM ends CANCELED on a published cut: every cut is whole.
-Real processes: each run is a process of its own, as the run launcher starts it."""
+duplicates nothing. A lake run sent SIGTERM ends CANCELED on a published cut: every cut is whole;
+one SIGKILLed is presumed dead by the lake sensor, which requests a new one (it would otherwise stay
+STARTED and stop the lake for good). Real processes: each run is a process of its own, as the run launcher starts it."""
 
 import json
 import os
@@ -11,12 +12,12 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from dagster import DagsterRunStatus
+from dagster import AssetKey, DagsterRunStatus, RunsFilter, build_sensor_context, materialize
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
-from cs_platform.dev.deadline import Deadline, wait_until
+from cs_platform.dev.deadline import Deadline, load_per_core, wait_until
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.oracle import check_bank_cut
 from cs_platform.lake.cuts import Lake
@@ -24,11 +25,12 @@ from cs_platform.landing.store import LandingStore, landed_upto
 from cs_platform_tests.defs.landing_oracle import assert_no_loss
 from cs_platform_tests.defs.processes import SENSOR, spawn, wait_for
 
+LAKE_JOB = "bank_stream_lake"
 DRAIN_BOUND_S = 10  # at the defaults (docs/operations.md); scaled by the machine's load (Deadline)
 
 
 @pytest.mark.heavy
-def test_terminated_runs_drain_readers_land_what_they_read_and_a_lake_run_ends_on_a_published_cut(
+def test_terminated_runs_drain_and_a_killed_lake_run_is_presumed_dead(
     bank_stream, dagster_instance, spanner_front, spark, tmp_path, monkeypatch
 ):
     # Two partitions by key range that live through the test (the emulator's churn every 3 s would
@@ -76,24 +78,41 @@ def test_terminated_runs_drain_readers_land_what_they_read_and_a_lake_run_ends_o
         assert files and max(landed_upto(os.path.basename(f)) for f in files) == after.watermark > first[key]
     print(f"drained in {', '.join(f'{s:.1f}' for s in drained.values())} s after the signal")
 
-    # The sensor reads on from the drained watermarks while a lake run cuts; the lake run, sent
-    # SIGTERM once it published a cut, ends CANCELED on a published cut, never half of one.
+    # The sensor reads on from the drained watermarks while lake runs cut. One, sent SIGTERM once it
+    # published a cut, ends CANCELED on a published cut, never half of one. The next, SIGKILLed, is
+    # presumed dead by the lake sensor once it stops showing it is alive, and a new run requested.
     monkeypatch.setenv("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", "2")
     monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "2")
-    marker = tmp_path / "lake.json"
+    stale = max(12.0, 5 * load_per_core())
+    monkeypatch.setenv("CS_PLATFORM_STALE_RUN_SECONDS", f"{stale:g}")
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
-        lake_run = spawn("lake_drained", str(marker))
-        loop.run_until(lambda: marker.exists() or lake_run.poll() is not None, timeout_s=300, drain=False)
-        assert lake_run.poll() is None, "the lake run ended before it published a cut"
-        os.kill(lake_run.pid, signal.SIGTERM)
-        assert lake_run.wait(timeout=120) == 0
-        assert json.loads(marker.with_suffix(".ended").read_text())["status"] == DagsterRunStatus.CANCELED.value
+        for number in (signal.SIGTERM, signal.SIGKILL):
+            marker = tmp_path / f"lake-{number.name}.json"
+            lake_run = spawn("lake_drained", str(marker))
+            loop.run_until(lambda: marker.exists() or lake_run.poll() is not None, timeout_s=300, drain=False)
+            assert lake_run.poll() is None, "the lake run ended before it published a cut"
+            # SIGTERM to the run's process, as a deploy sends it; SIGKILL to its group: the driver and its Spark JVM
+            (os.kill if number is signal.SIGTERM else os.killpg)(lake_run.pid, number)
+            assert lake_run.wait(timeout=120) == (0 if number is signal.SIGTERM else -signal.SIGKILL)
+        assert json.loads((tmp_path / "lake-SIGTERM.ended").read_text())["status"] == DagsterRunStatus.CANCELED.value
+        [killed] = dagster_instance.get_run_records(RunsFilter(job_name=LAKE_JOB, statuses=[DagsterRunStatus.STARTED]))
+        defs = build_definitions()
+        lake_sensor = defs.get_sensor_def("bank_stream_lake_sensor")
+
+        def relaunched() -> bool:
+            with build_sensor_context(instance=dagster_instance, resources=defs.resources) as context:
+                return bool(lake_sensor.evaluate_tick(context).run_requests)
+
+        wait_until(relaunched, 3 * stale + 60, "the lake sensor presuming the killed lake run dead", poll_s=1)
+        assert dagster_instance.get_run_by_id(killed.dagster_run.run_id).status is DagsterRunStatus.FAILURE
         stop.set()
         loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
     writer.join()
     result = assert_no_loss(bank_stream.landing_root, workload, bank_stream.store.low_watermark())
     assert result.duplicates == 0
+    step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
+    assert materialize(step, resources=defs.resources, instance=dagster_instance).success  # the lake goes on from its last cut
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"))
-    assert lake.cuts()[-1] >= datetime.fromisoformat(json.loads(marker.read_text())["cut"])
+    assert lake.cuts()[-1] >= workload.committed[-1].commit_timestamp
     for cut in lake.cuts():  # each one whole: the bank at that time
         check_bank_cut(lake, bank_stream.bank, cut)
