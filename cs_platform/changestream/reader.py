@@ -37,7 +37,6 @@ import logging
 import random
 import threading
 import time
-from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Iterator
@@ -438,15 +437,14 @@ class PartitionReader:
         while True:
             start = max(query_start, progress.watermark + ONE_MICROSECOND)
             try:
-                with closing(self._records(partition, start, query_end)) as records:  # closing it ends the query
-                    for record in records:
-                        if progress.first_response_s is None:
-                            progress.first_response_s = time.monotonic() - began
-                        self._apply(partition, record, progress)
-                        while progress.chunk_due(chunk_mods, chunk_interval):  # what a chunk leaves may fill a piece
-                            yield
-                        if stop.is_set():
-                            return
+                for record in self._records(partition, start, query_end):
+                    if progress.first_response_s is None:
+                        progress.first_response_s = time.monotonic() - began
+                    self._apply(partition, record, progress)
+                    while progress.chunk_due(chunk_mods, chunk_interval):  # what a chunk leaves may fill a piece
+                        yield
+                    if stop.is_set():
+                        return  # the query's generator, dropped here, is closed and its stream cancelled
                 return
             except TransientError as e:
                 attempt = 1 if failed_at is None or progress.watermark > failed_at else attempt + 1

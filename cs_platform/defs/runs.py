@@ -6,6 +6,7 @@ stream's job (sensor runs) or selects the stream's asset (UI materializations an
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -14,6 +15,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
+from sqlalchemy.exc import DBAPIError
+
+log = logging.getLogger(__name__)
 
 LIVE_RUN_STATUSES = [
     DagsterRunStatus.QUEUED,
@@ -124,7 +128,10 @@ def marking_progress(instance: DagsterInstance, run_id: str, every_s: float) -> 
 
     def beat() -> None:
         while not done.wait(every_s):
-            mark_progress(instance, run_id)
+            try:
+                mark_progress(instance, run_id)
+            except DBAPIError as e:  # a storage busy for a moment (SQLite locked): the next beat goes on
+                log.warning("run %s: could not mark it alive (%s); trying again in %gs", run_id, e, every_s)
 
     mark_progress(instance, run_id)
     thread = threading.Thread(target=beat, name=f"progress-{run_id[:8]}", daemon=True)

@@ -3,6 +3,7 @@
 
 import os
 import threading
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -24,7 +25,6 @@ from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority
 from cs_platform.changestream.reader import PartitionReader, RetryPolicy, _Progress
 from cs_platform.changestream.tail import POLLING, STREAMING
 from cs_platform.landing.store import LandingStore, landed_name
-from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 from cs_platform_tests.landing.test_store import record
@@ -337,17 +337,23 @@ def test_a_drained_read_hands_out_what_it_read_and_a_re_read_goes_on_from_its_wa
     start = utc_now()
     store.initialize(start, None, 500)
     store.record_progress("initial", reader.read(store.get("initial"), timedelta(seconds=2)).watermark, True, owner=None)
-    workload, writing = BankWorkload(bank), threading.Event()
+    workload, writing, drainers = BankWorkload(bank), threading.Event(), []
     writer = threading.Thread(target=workload.run_until, args=(start + timedelta(minutes=5), 20), kwargs={"stop": writing})
     writer.start()
+
+    def drain_after_more_commits(drain: threading.Event, committed: int) -> None:
+        while len(workload.committed) < committed + 10 and not writing.is_set():
+            time.sleep(0.05)
+        drain.set()
+
     try:
         for _ in range(10):  # a partition lives 3-6 s here: one that ends before the drain is no test of it
             child = store.schedulable()[0]
             drain, chunks = threading.Event(), []
             for chunk in reader.read_chunks(child, timedelta(seconds=30), None, timedelta(seconds=60), stop=drain):
-                chunks.append(chunk)
-                committed = len(workload.committed)  # drained once the writer committed more since this chunk
-                threading.Thread(target=lambda: (wait_until(lambda: len(workload.committed) >= committed + 10, 60, "commits", poll_s=0.1), drain.set())).start()
+                chunks.append(chunk)  # drained once the writer committed more since this chunk
+                drainers.append(threading.Thread(target=drain_after_more_commits, args=(drain, len(workload.committed))))
+                drainers[-1].start()
             store.record_progress(child.token, chunks[-1].watermark, chunks[-1].finished, owner=None)
             if not chunks[-1].finished:
                 break
@@ -356,6 +362,8 @@ def test_a_drained_read_hands_out_what_it_read_and_a_re_read_goes_on_from_its_wa
     finally:
         writing.set()
         writer.join()
+        for drainer in drainers:
+            drainer.join()
     first, drained = chunks
     assert drained.watermark >= first.watermark and drained.query_start == first.watermark + ONE_MICROSECOND
     rest = reader.read(store.get(child.token), timedelta(seconds=30))  # to the partition's end (it churns)
