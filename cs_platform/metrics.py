@@ -46,8 +46,7 @@ from cs_platform import settings
 from cs_platform.changestream.errors import ChangeStreamError
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
-from cs_platform.lake.delta_log import DeltaLog
-from cs_platform.lake.published import latest_cut, lake_location
+from cs_platform.lake.published import ingested_landing, latest_cut, lake_location
 from cs_platform.landing.store import LandingStore
 
 log = logging.getLogger(__name__)
@@ -91,9 +90,8 @@ def stream_metrics(
             waiting_since.append(partition.created_at or partition.start_timestamp)
     partitions[PartitionState.FINISHED] = store.count_finished() if unfinished else 0
     low = unfinished.low_watermark if unfinished else None
-    location = lake_location(lake_root)
-    cut = latest_cut(location)
-    marks = (DeltaLog.under(location, "changelog").last_commit_metadata() or {}).get("ingested_upto", {})
+    cut = latest_cut(lake_location(lake_root))
+    marks = ingested_landing(lake_root)
     return StreamMetrics(
         stream=stream,
         partitions=partitions,

@@ -88,7 +88,7 @@ def clean_up(
         removed_now, left = remove_ended_runs(instance, job, now - retention.runs)
         log.info(f"deleted {removed_now} runs of {job} that ended before {(now - retention.runs).isoformat()} ({left} left)")
         runs_removed, runs_left = runs_removed + removed_now, runs_left + left
-    from cs_platform.lake.cuts import ingested_landing  # the lake's modules load PySpark: only when a pass runs
+    from cs_platform.lake.published import ingested_landing  # reads Delta logs with pyarrow: only when a pass runs, not in reader runs
 
     live_keys = {p.key for p in store.unfinished().partitions}
     marks = ingested_landing(lake.stream_root(stream))

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 
 from cs_platform.lake.delta import DeltaPath
 from cs_platform.lake.identifiers import quoted
+from cs_platform.lake.published import MARKS
 from cs_platform.lake.types import sql_timestamp
 from cs_platform.landing.rows import IDENTITY, LANDING_COLUMNS, TIMESTAMP_PATTERN
 from cs_platform.landing.store import PARQUET_SUFFIX, landed_range
@@ -43,7 +44,6 @@ from cs_platform.landing.store import PARQUET_SUFFIX, landed_range
 # The landing files' columns as Spark reads them, given rather than inferred (inferring is a Spark job per ingest).
 LANDED_COLUMNS = ", ".join(f"{quoted(name)} {kind}" for name, kind in LANDING_COLUMNS)
 
-MARKS = "ingested_upto"  # userMetadata key: {landing directory: last file name ingested}
 LATEST = "latest_commit"  # userMetadata key: no row ingested so far committed after this (ISO 8601)
 CLUSTER_COLUMN = "commit_timestamp"  # what every ingest MERGE and every cut filters on
 
@@ -62,11 +62,6 @@ def read_landed(spark: SparkSession, files: list[str]) -> DataFrame:
     frames = [json_reader.json(lines)] if lines else []
     frames += [spark.read.schema(LANDED_COLUMNS).parquet(*parquet)] if parquet else []
     return functools.reduce(DataFrame.unionByName, frames)
-
-
-def ingested_marks(changelog: DeltaPath) -> dict[str, str]:
-    """Per landing directory, the last file name ingested (from the log: no Spark job)."""
-    return (changelog.last_commit_metadata() or {}).get(MARKS, {})
 
 
 def _latest_commit(recorded: dict) -> datetime | None:

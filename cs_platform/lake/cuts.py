@@ -38,7 +38,7 @@ from typing import Collection
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from cs_platform.lake.changelog import Changelog, ingested_marks
+from cs_platform.lake.changelog import Changelog
 from cs_platform.lake.delta import USER_METADATA, DeltaPath, session_conf
 from cs_platform.lake.history import apply_history, history_at, seed_history
 from cs_platform.lake.history_schema import HistoryPolicy
@@ -149,12 +149,6 @@ def summarize(changes: DataFrame) -> RangeSummary:
 
 def changelog_table(location: Location) -> DeltaPath:
     return DeltaPath.under(location, "changelog")
-
-
-def ingested_landing(root: str) -> dict[str, str]:
-    """What the changelog of the lake at ``root`` has ingested, per landing directory (the last
-    file name); read from its Delta log, without Spark."""
-    return ingested_marks(changelog_table(Location(absolute_root(root), ROOT_SETTING)))
 
 
 class Lake:

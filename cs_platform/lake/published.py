@@ -22,6 +22,7 @@ from cs_platform.landing.location import Location
 from cs_platform.lake.delta_log import DeltaLog
 
 ROOT_SETTING = "CS_PLATFORM_LAKE_ROOT"
+MARKS = "ingested_upto"  # a changelog commit's userMetadata key: {landing directory: last file name ingested}
 EXPIRED_BEFORE = "expired_before"  # what a maintenance commit that dropped cuts records
 
 
@@ -105,6 +106,12 @@ def mirror_log(location: Location, table: str) -> DeltaLog:
 
 def history_log(location: Location, table: str) -> DeltaLog:
     return DeltaLog.under(location, "history", table)
+
+
+def ingested_landing(root: str) -> dict[str, str]:
+    """What the changelog of the lake at ``root`` has ingested, per landing directory (the last file
+    name; ``changelog.Changelog.ingest`` records it): read from its Delta log, without Spark."""
+    return (DeltaLog.under(lake_location(root), "changelog").last_commit_metadata() or {}).get(MARKS, {})
 
 
 def latest_cut(location: Location) -> PublishedCut | None:

@@ -199,7 +199,7 @@ class LandingStore:
         """Remove the files the changelog has ingested and whose watermark is before ``landed_before``.
 
         ``ingested_upto``: per landing directory (as :meth:`files` names it), the last file name the
-        changelog ingested (``changelog.ingested_marks``). A file above its directory's mark, or in a
+        changelog ingested (``lake.published.ingested_landing``). A file above its directory's mark, or in a
         directory without one, is kept whatever its age: the changelog has not read it. A directory
         left empty is removed too, unless its partition (``live_keys``) may still land into it.
         """

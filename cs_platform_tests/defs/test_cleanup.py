@@ -15,7 +15,7 @@ from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, Partition
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.lake.cuts import ingested_landing
+from cs_platform.lake.published import ingested_landing
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.conftest import end_run
 from cs_platform_tests.defs.processes import spawn, wait_for
