@@ -234,10 +234,9 @@ def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> 
     cuts.apply_changes = mirror_then_note
     write = {"mirror": "apply_changes", "history": "apply_history"}[table]
     setattr(cuts, write, stopping_after(getattr(cuts, write), marker, the_killed_cut))
-    defs = build_definitions()
-    step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
+    job = build_definitions().resolve_job_def("bank_stream_lake")  # the lake sensor's job: it sees this run in flight
     with DagsterInstance.get() as instance:
-        materialize(step, resources=defs.resources, instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"})
+        job.execute_in_process(instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"})
 
 
 if __name__ == "__main__":

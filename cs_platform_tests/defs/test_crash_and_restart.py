@@ -11,7 +11,9 @@
 - restart: the sensor loop and its runs are killed mid-stream and started again on the existing
   metadata table with an empty cursor: no re-initialization (Beam #32509), no error, no loss.
 - lake: a long-lived lake run killed between a mirror's commit and the manifest's: the cut it was
-  applying is never published, and the next lake run loses and doubles nothing.
+  applying is never published; the lake sensor presumes it dead once it stops marking itself alive
+  (it would otherwise stay STARTED and stop the lake for good) and requests a new one, and the next
+  lake run loses and doubles nothing.
 """
 
 import os
@@ -21,7 +23,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from dagster import AssetKey, DagsterRun, DagsterRunStatus, RunsFilter, materialize
+from dagster import AssetKey, DagsterRun, DagsterRunStatus, RunsFilter, build_sensor_context, materialize
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState, utc_now
 from cs_platform.changestream.query import PartitionMode
@@ -43,6 +45,16 @@ from cs_platform_tests.lake.readers import (
     latest_cut_without_time_travel,
     versions_after,
 )
+
+
+LAKE_JOB = "bank_stream_lake"
+
+
+def lake_run_requested(instance) -> bool:
+    """One tick of the lake sensor asks for a lake run."""
+    defs = build_definitions()
+    with build_sensor_context(instance=instance, resources=defs.resources) as context:
+        return bool(defs.get_sensor_def("bank_stream_lake_sensor").evaluate_tick(context).run_requests)
 
 
 def stale_run_seconds() -> float:
@@ -417,8 +429,9 @@ def test_a_lake_run_killed_between_a_mirror_commit_and_the_manifest_loses_and_du
     the next one after a table's mirror and its history committed (the other tables' side by side,
     done or not), before the manifest: readers never see that cut. A reader without time travel, reading every history table
     at its latest version (the killed cut's versions in one of them) at the manifest's latest cut,
-    sees a consistent bank. The next lake run applies the stream from the last published cut with
-    nothing lost or doubled."""
+    sees a consistent bank. The lake sensor presumes the killed run dead by its silence and requests
+    a new one. The next lake run applies the stream from the last published cut with nothing lost
+    or doubled."""
     monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "1")
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Accounts")  # one table: what the no-time-travel bank reads
     # A few transfers a second give every 1 s cut something to commit; the 40 a second of the reader
@@ -445,6 +458,9 @@ def test_a_lake_run_killed_between_a_mirror_commit_and_the_manifest_loses_and_du
         check_history_at_cut(lake, published[-1])  # yet read at the published cut, every history is its mirror
         accounts, total = bank_without_time_travel(lake)
         assert accounts > 0 and total == INITIAL_BALANCE * accounts  # no transfer half visible
+        [killed] = dagster_instance.get_run_records(RunsFilter(job_name=LAKE_JOB, statuses=[DagsterRunStatus.STARTED]))
+        wait_until(lambda: lake_run_requested(dagster_instance), 3 * stale_run_seconds() + 60, "the lake sensor presuming the killed lake run dead", poll_s=1)
+        assert dagster_instance.get_run_by_id(killed.dagster_run.run_id).status is DagsterRunStatus.FAILURE
         stop.set()
         loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
     writer.join()
