@@ -19,6 +19,9 @@ window: it holds lake runs up while it runs (``bench/lake_cost.py`` prices it).
 - **relaunching**: the defaults with lake runs of 60 s, so the window holds a few hand-overs from one
   lake run to the next (the sensor's tick, a process and a Spark driver starting): what a commit
   waits when it falls into one, which the default lake run length makes rare;
+- **unthrottled**: the defaults, but runs report every landing and every cut to Dagster
+  (``CS_PLATFORM_REPORT_INTERVAL_SECONDS=0``, what they did before reports): the baseline of the
+  storage figures;
 - **mutable**: the defaults on Cloud Spanner's path: reads stream through the Cloud Spanner front
   (``dev/spanner_front.py``, in this process), which presents the stream as a MUTABLE_KEY_RANGE
   one (``dev/mutable_key_range.py``): proto records, partitions announced by start records and
@@ -35,7 +38,9 @@ materialization: the run process's ru_maxrss).
 
 Every configuration also samples the stream's low watermark every second of the window
 (``lag_p50_s`` / ``lag_p95_s``: now − low watermark, what holds every cut back), the live
-partitions, the reader runs started per live partition-hour, and Dagster's storage per partition-day.
+partitions, the reader runs started per live partition-hour, and Dagster's storage per partition-day
+(what the runs wrote: rows and step logs, ``bench/dagster_storage.py``) and the lake runs' per
+stream-day (``dagster_storage_mb_per_stream_day_lake``).
 The emulator renews every partition every ~20 s here, so a run is most of a partition's life and
 those two figures are the emulator's churn; the same figures for a partition that lives all day
 follow from the soft timeout (printed as ``..._long_lived``).
@@ -52,6 +57,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -70,6 +76,7 @@ from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.lake.published import latest_cut, lake_location
+from dagster_storage import storage_of_runs
 
 # Short reads (a partition's records land every 5 s), fast ticks, a lake run (one cut) whenever the
 # low watermark moved, lake runs on a warm Spark Connect server.
@@ -84,6 +91,7 @@ TUNED = {
 RUN_START_S = 6  # a reader run's start under the daemon (bench/orchestration_latency.py)
 OVERSUBSCRIBED = {"CS_PLATFORM_MAX_PARALLEL_READS": "1"}
 RELAUNCHING = {"CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS": "60"}
+UNTHROTTLED = {"CS_PLATFORM_REPORT_INTERVAL_SECONDS": "0"}  # a Dagster event per landing and per cut, as before reports
 MUTABLE = {"CS_PLATFORM_READ_MODE": "streaming"}
 P48_R16 = {**MUTABLE, "CS_PLATFORM_MAX_PARALLEL_READS": "16"}
 # A slot for each partition. At the default landing interval (2 s) 48 live runs land 24 times a
@@ -106,6 +114,7 @@ CONFIGURATIONS = {
     "tuned": Configuration(TUNED, connect=True),
     "oversubscribed": Configuration(OVERSUBSCRIBED),
     "relaunching": Configuration(RELAUNCHING),
+    "unthrottled": Configuration(UNTHROTTLED),
     "mutable": Configuration(MUTABLE, front=True),
     "p48_r16": Configuration(P48_R16, front=True, partitions=48),
     "p48_r48": Configuration(P48_R48, front=True, partitions=48),
@@ -178,6 +187,7 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
         store = configured_resources(os.environ)[change_stream_resource_key(STREAM)].metadata_store()
         soft_timeout_s = cs_settings.value(os.environ, "CS_PLATFORM_SOFT_TIMEOUT_SECONDS")
         sensor_interval_s = cs_settings.value(os.environ, "CS_PLATFORM_SENSOR_INTERVAL_SECONDS")
+        report_interval_s = cs_settings.value(os.environ, "CS_PLATFORM_REPORT_INTERVAL_SECONDS")
         sampler = LagSampler(store)
         log = stack.enter_context(open(work / name / "dagster_dev.log", "wb"))
         dev = start_dagster_dev(free_loopback_port(), log)
@@ -195,7 +205,9 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
             stop_writing.set()
             with DagsterInstance.get() as instance:
                 lake_runs = instance.get_run_records(RunsFilter(job_name="bank_stream_lake"))
-                reader_runs = instance.get_runs_count(RunsFilter(job_name="bank_stream_read_partition"))
+                reader_records = instance.get_run_records(RunsFilter(job_name="bank_stream_read_partition"))
+                reader_runs = len(reader_records)
+                reports = Counter(r.run_id for r in instance.fetch_observations(AssetKey(["bank_stream", "landed_changes"]), limit=10_000).records)
                 window_runs = instance.get_runs_count(
                     RunsFilter(job_name="bank_stream_read_partition", created_after=begin, created_before=end)
                 )
@@ -206,6 +218,7 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
             watcher.stop.set()
             stop_process_group(dev)
         storage = sum(f.stat().st_size for f in bank.dagster_home.rglob("*") if f.is_file())
+        written = storage_of_runs(bank.dagster_home, [r.dagster_run.run_id for r in [*reader_records, *lake_runs]])
     lags = sorted(watcher.visible_at(c) - c.timestamp() for c in measured)
     run_seconds = [r.end_time - r.start_time for r in lake_runs if r.end_time and r.start_time]
     figures = {"p50": statistics.median(lags), "p95": percentile(lags, 95), "max": lags[-1]}
@@ -239,8 +252,39 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
     # A partition that lives all day: one run per soft timeout, plus its start and half a tick.
     long_lived = 3600 / (soft_timeout_s + RUN_START_S + sensor_interval_s / 2)
     print(f"{name}_runs_per_partition_hour_long_lived: {long_lived:.1f}")
-    print(f"{name}_dagster_storage_mb_per_partition_day_long_lived: {long_lived * 24 * kb_per_run / 1024:.0f}", flush=True)
+    figures["storage_partition_day"] = partition_day_mb(written, reader_records, reports, long_lived, soft_timeout_s, report_interval_s, name)
+    figures["storage_stream_day_lake"] = stream_day_lake_mb(written, lake_runs, name)
     return figures
+
+
+def partition_day_mb(written, readers, reports: Counter, runs_per_hour: float, soft_timeout_s: float, report_interval_s: float, name: str) -> float:
+    """Dagster storage of a partition that lives all day: ``runs_per_hour`` reader runs, each of
+    the measured runs' fixed part (all but its landing reports) plus the reports a run reading
+    ``soft_timeout_s`` records (its first landing, then one per report interval), each of the
+    measured reports' size. The emulator's runs live ~20 s, so their own reports would understate it."""
+    ended = [r.dagster_run.run_id for r in readers if r.end_time]
+    kinds = ("ASSET_OBSERVATION",)
+    report_bytes = sum(written[run].of(*kinds) for run in ended) / max(1, sum(reports[run] for run in ended))
+    fixed = statistics.mean(written[run].total - written[run].of(*kinds) for run in ended)
+    per_run = 1 + (soft_timeout_s // report_interval_s if report_interval_s else soft_timeout_s / 2)  # 0: a report per landing (every 2 s)
+    mb = runs_per_hour * 24 * (fixed + per_run * report_bytes) / 2**20
+    print(f"{name}_reader_run_storage_kb: {fixed / 1024:.1f} fixed + {per_run:.0f} reports x {report_bytes / 1024:.1f} (rows and step logs written, {len(ended)} runs)")
+    print(f"{name}_dagster_storage_mb_per_partition_day_long_lived: {mb:.1f}", flush=True)
+    return mb
+
+
+def stream_day_lake_mb(written, lake_runs, name: str) -> float:
+    """Dagster storage the stream's lake runs write in a day, from what the measured ones wrote per
+    second of their lives (their starts and ends included: a run of the default 1,800 s pays
+    them less often than the bench's, cut short by its end)."""
+    lives = sum((r.end_time or time.time()) - r.start_time for r in lake_runs if r.start_time)
+    # Less the failure the bench's end makes of the lake run it stops (a run of the default length
+    # ends on its last cut instead).
+    total = sum(written[r.dagster_run.run_id].total - written[r.dagster_run.run_id].of("PIPELINE_FAILURE", "STEP_FAILURE") for r in lake_runs)
+    mb = total / lives * 86400 / 2**20
+    print(f"{name}_lake_run_storage_kb: {total / 1024:.0f} in {lives:.0f} s of {len(lake_runs)} lake runs")
+    print(f"{name}_dagster_storage_mb_per_stream_day_lake: {mb:.1f}", flush=True)
+    return mb
 
 
 def main() -> None:
@@ -264,6 +308,9 @@ def main() -> None:
     for busy in ("p48_r16", "p48_r48"):
         if busy in results:
             print(f"lag_p95_s_{busy}: {results[busy]['lag_p95']:.1f}" + (f" ({results['default']['lag_p95']:.1f} default)" if "default" in results else ""))
+    if {"default", "unthrottled"} <= set(results):
+        for figure in ("storage_partition_day", "storage_stream_day_lake"):
+            print(f"unthrottled_over_default_{figure}: {results['unthrottled'][figure] / results['default'][figure]:.1f}")
     if {"default", "tuned"} <= set(results):
         print(f"freshness_p50_s: {results['tuned']['p50']:.1f} tuned, {results['default']['p50']:.1f} default")
         print(f"freshness_p95_s: {results['tuned']['p95']:.1f} tuned, {results['default']['p95']:.1f} default")

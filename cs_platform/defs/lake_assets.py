@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from dagster import (
     AssetCheckEvaluation,
@@ -60,6 +60,7 @@ from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, w
 from cs_platform.changestream.snapshot import SourceSnapshot
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
 from cs_platform.defs.runs import drain_on_interrupt, end_canceled, marking_progress, seconds_since_progress
+from cs_platform.reporting import Cadence, liveness_beat_seconds
 from cs_platform.stream_state import StreamPosition, stream_cut
 
 if TYPE_CHECKING:
@@ -204,24 +205,50 @@ def lake_definitions(
                     allow_retries=False,
                 )
 
-        beat = max(0.5, min(10.0, change_stream.stale_run_seconds / 4))
+        beat = liveness_beat_seconds(change_stream.stale_run_seconds)
+        # Cuts are recorded once per report interval, each report covering the cuts since the last;
+        # at once when a check's outcome changed or a table joined, was reshaped or left
+        # (cs_platform.reporting). The checks' evaluations are recorded on the run's first report,
+        # when an outcome changed, and on its last cut. Every cut is checked all the same, and the
+        # blocking check stops the run on the cut that fails it.
+        cadence, covered, recorded = Cadence(settings.report_interval_seconds), [], None
+
+        def record(report: list, checks: bool) -> None:
+            """Log a report's materializations, and its check evaluations if ``checks``."""
+            for result in report:
+                if checks or not isinstance(result, AssetCheckResult):
+                    context.log_event(assets.as_event(result))
+            context.log.info(describe(covered, taken))
+
+        def record_before_failing() -> None:
+            """The cuts published since the last report, before the cut that failed (it raised in
+            ``keep_cutting``: none of it is in ``covered``)."""
+            if covered:
+                record(assets.report(covered, lake, store, change_stream, settings.max_lag_seconds, last=False), checks=False)
+
         try:
             with drain_on_interrupt(stop), marking_progress(context.instance, context.run_id, beat):
                 cuts = keep_cutting(
                     lake, context.resources.landing.store(), store, target, stream, seconds, settings.cut_interval_seconds, stop, still_ours
                 )
                 for taken, cut in enumerate(cuts, start=1):
-                    report = assets.report(cut.advance, lake, store, change_stream, settings.max_lag_seconds, cut.last)
+                    covered.append(cut.advance)
+                    report = assets.report(covered, lake, store, change_stream, settings.max_lag_seconds, cut.last)
+                    outcomes = check_outcomes(report)
                     if cut.last:  # the step's outputs: the run ends on this cut
+                        context.log.info(describe(covered, taken))
                         yield from report
-                    else:  # recorded as soon as it is applied, so the UI shows each cut of a live run
-                        for result in report:
-                            context.log_event(assets.as_event(result))
-                    context.log.info(describe(cut.advance, taken))
+                    elif cadence.due(urgent=outcomes != recorded or notable(cut.advance)):  # the UI shows a live run's cuts
+                        record(report, checks=outcomes != recorded)  # an evaluation when an outcome changed
+                    else:
+                        continue
+                    covered, recorded = [], outcomes
         except IncompleteTransactionsError as e:
+            record_before_failing()
             yield assets.on_mirrors(_check(BLOCKING_CHECK, False, {"incomplete": e.count, "sample": str(e.missing)}))
             raise Failure(description=str(e), allow_retries=False) from e
         except (UntypedValueError, UnmappedColumnTypeError) as e:  # no retry types them: a fix, an upgrade or a narrower stream does
+            record_before_failing()
             if isinstance(e, UntypedValueError):
                 found = {"untyped_values": len(e.values), "first": "; ".join(v.describe() for v in e.values[:5])}
             else:
@@ -322,17 +349,19 @@ class LakeAssets:
 
     def report(
         self,
-        advance: "LakeAdvance",
+        covered: "Sequence[LakeAdvance]",
         lake: "Lake",
         store: PartitionMetadataStore,
         change_stream: ChangeStreamResource,
         max_lag_seconds: float,
         last: bool,
     ) -> list:
-        """One cut as Dagster results: the changelog's materialization, the checks, the mirrors'
-        materialization. ``mirrors_match_source`` reads every watched table's row count from
-        Spanner, so it runs on a run's last cut only (each lake run, and each materialization from
-        the UI, ends on one); the other checks run on every cut."""
+        """The cuts ``covered`` since the last report (the latest last) as Dagster results: the
+        changelog's materialization, the checks, the mirrors' materialization. The counts add up
+        over the covered cuts; the cut, versions and checks are the latest's. ``mirrors_match_source``
+        reads every watched table's row count from Spanner, so it runs on a run's last cut only (each
+        lake run, and each materialization from the UI, ends on one); the other checks run on every cut."""
+        advance = covered[-1]
         cut, result = advance.cut, advance.result
         lag = 0.0 if advance.position.finished else round((utc_now() - cut).total_seconds(), 1)
         quarantined = lake.quarantine.transactions()
@@ -343,7 +372,7 @@ class LakeAssets:
                 not quarantined,
                 {
                     "quarantined_transactions": len(quarantined),
-                    "set_aside_by_this_cut": len({v.transaction for v in result.quarantined}),
+                    "set_aside_since_last_report": sum(len({v.transaction for v in a.result.quarantined}) for a in covered),
                     "first": "; ".join(f"{q['server_transaction_id']}: {q['reason']}" for q in quarantined[:5]) or "none",
                 },
             ),
@@ -356,25 +385,31 @@ class LakeAssets:
         changelog = MaterializeResult(
             asset_key=self.changelog,
             metadata={
-                "new_files": advance.ingested.files,
-                "new_rows": advance.ingested.rows_added,
-                "rows_read": advance.ingested.rows_read,
-                "duplicates_dropped": advance.ingested.duplicates,
+                "new_files": sum(a.ingested.files for a in covered),
+                "new_rows": sum(a.ingested.rows_added for a in covered),
+                "rows_read": sum(a.ingested.rows_read for a in covered),
+                "duplicates_dropped": sum(a.ingested.duplicates for a in covered),
             },
         )
+        first = covered[0].result
         mirrors = MaterializeResult(
             asset_key=self.mirrors,
             metadata={
                 "cut": MetadataValue.timestamp(cut),
-                "applied": result.applied,
-                "previous_cut": MetadataValue.timestamp(result.previous) if result.previous else "none",
-                "transactions": result.transactions,
-                "mods": result.mods,
-                "quarantined_transactions": len({v.transaction for v in result.quarantined}),
+                # This report covers the cuts after previous_cut up to cut (each in the manifest:
+                # cs-platform-lake cuts lists them); one unless cuts came faster than the report interval.
+                "cuts_covered": len(covered),
+                "cuts_applied": sum(a.result.applied for a in covered),  # the others found their cut already applied
+                "applied": any(a.result.applied for a in covered),
+                "previous_cut": MetadataValue.timestamp(first.previous) if first.previous else "none",
+                "transactions": sum(a.result.transactions for a in covered),
+                "mods": sum(a.result.mods for a in covered),
+                "quarantined_transactions": sum(len({v.transaction for v in a.result.quarantined}) for a in covered),
                 "mirror_versions": MetadataValue.json(advance.versions),
-                "mirrors_appended": MetadataValue.json(list(result.appended)),  # only inserts: appended, not merged
+                "mirrors_appended": MetadataValue.json(sorted({t for a in covered for t in a.result.appended})),  # only inserts: appended, not merged
                 "lag_seconds": lag,
                 "cut_seconds": advance.seconds,
+                "cut_seconds_max": max(a.seconds for a in covered),
                 "stream_finished": advance.position.finished,
                 **snapshot_metadata(advance.snapshot),
                 # Tables the stream watches since the lake's start, and tables whose watched columns DDL
@@ -391,15 +426,17 @@ class LakeAssets:
             asset_key=self.history,
             metadata={
                 "cut": MetadataValue.timestamp(cut),
-                "versions_written": MetadataValue.json(result.histories),  # table -> its history's new version
+                "versions_written": MetadataValue.json({t: v for a in covered for t, v in a.result.histories.items()}),  # table -> its history's newest version
             },
         )
         history_checks = [history_matches_mirrors(lake, self.history)] if last else []
         return [changelog, *checks, mirrors, history, *history_checks]
 
     def on_mirrors(self, check: AssetCheckResult) -> AssetCheckResult:
-        """``check`` of the mirrors asset: a step that also materializes history must say which asset a check is of."""
-        return check._replace(asset_key=self.mirrors)
+        """``check`` of the mirrors asset: a step that also materializes history must say which asset
+        a check is of. A passing evaluation leaves out the check's description (the UI shows the
+        spec's; it was a third of an evaluation's storage); a failing one keeps it for alerts."""
+        return check._replace(asset_key=self.mirrors, description=None if check.passed else check.description)
 
     def as_event(self, result: MaterializeResult | AssetCheckResult) -> AssetMaterialization | AssetCheckEvaluation:
         """A result as the event Dagster records for it, for a cut that is not the step's output:
@@ -417,15 +454,33 @@ class LakeAssets:
         )
 
 
-def describe(advance: "LakeAdvance", number: int) -> str:
-    result = advance.result
-    return (
+def describe(covered: "Sequence[LakeAdvance]", number: int) -> str:
+    """The log line of a report: the cuts it covers (the run's ``number``-th the latest)."""
+    advance, result = covered[-1], covered[-1].result
+    what = (
         f"cut {number} at {advance.cut.isoformat()}: {'applied' if result.applied else 'already applied'}, "
-        f"{result.transactions} transactions, {result.mods} mods, versions {advance.versions}, in {advance.seconds:.1f} s"
+        f"{result.transactions} transactions, {result.mods} mods"
+        if len(covered) == 1
+        else f"cuts {number - len(covered) + 1}-{number} up to {advance.cut.isoformat()}: "
+        f"{sum(a.result.transactions for a in covered)} transactions, {sum(a.result.mods for a in covered)} mods"
+    )
+    return (
+        f"{what}, versions {advance.versions}, in {advance.seconds:.1f} s"
         + (f"; {', '.join(joined)} joined the stream: read whole at the cut" if (joined := read_whole(advance, reshaped=False)) else "")
         + (f"; {', '.join(reshaped)} reshaped by DDL: read whole at the cut" if (reshaped := read_whole(advance, reshaped=True)) else "")
         + (f"; {', '.join(left)} left the stream: frozen from this cut on" if (left := [t for t, c in result.frozen.items() if c == advance.cut]) else "")
     )
+
+
+def notable(advance: "LakeAdvance") -> bool:
+    """A cut a user must see at once, not in the next report: it took the snapshot, or a table
+    joined the stream, was reshaped by DDL or left it."""
+    return advance.snapshot is not None or advance.joined is not None or advance.cut in advance.result.frozen.values()
+
+
+def check_outcomes(report: list) -> dict[str, tuple[bool, AssetCheckSeverity]]:
+    """Each check's outcome in a report: one that changed is recorded at once."""
+    return {r.check_name: (r.passed, r.severity) for r in report if isinstance(r, AssetCheckResult)}
 
 
 def read_whole(advance: "LakeAdvance", reshaped: bool) -> dict[str, int]:

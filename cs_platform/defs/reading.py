@@ -45,6 +45,7 @@ from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import CANCELLED, YIELD_TAG, drain_on_interrupt, end_canceled, live_runs_by_partition, mark_progress
 from cs_platform.landing.store import LandedFile
+from cs_platform.reporting import Cadence, liveness_beat_seconds
 
 def read_and_land(
     context: AssetExecutionContext, job_name: str, change_stream: ChangeStreamResource, landing_resource: LandingResource
@@ -69,7 +70,10 @@ def read_and_land(
             f"for up to {change_stream.soft_timeout_seconds:g}s"
         )
         chunks = reader.read_chunks(partition, change_stream.soft_timeout, chunk_mods, change_stream.landing_interval, stop=drain)
-    totals = ReadTotals()
+    totals, unreported = ReadTotals(), Landings()
+    # Dagster's storage grows with what a run records, so a run records its landings once per
+    # report interval and marks itself alive once per beat, not at every landing (cs_platform.reporting).
+    report, alive = Cadence(change_stream.report_interval_seconds), Cadence(liveness_beat_seconds(change_stream.stale_run_seconds))
     started = time.monotonic()
     with drain_on_interrupt(drain), closing(chunks):  # ending early closes the read's stream
         for chunk in chunks:  # each one durable, then its watermark persisted, before the next is read
@@ -79,11 +83,14 @@ def read_and_land(
             landed = landing.write(change_stream.stream_name, key, chunk)
             if not replay:
                 _persist(context, store, partition, chunk)
-            mark_progress(context.instance, context.run_id)  # alive: the sensor measures staleness from here
+            if alive.due():
+                mark_progress(context.instance, context.run_id)  # the sensor measures staleness from here
             totals.add(chunk, landed)
             if landed:
-                context.log.info(f"landed {landed.rows} mods in {landed.path} ({landed.bytes} bytes)")
-                context.log_event(landing_observation(context, key, chunk, landed, totals))
+                unreported.add(landed)
+                if report.due():  # an observation, shown in the run's event log too: no log line beside it
+                    context.log_event(landing_observation(context, key, chunk, unreported, totals))
+                    unreported = Landings()
             read_s = time.monotonic() - started
             if replay and drain.is_set():  # a replay moves no watermark: it just stops
                 break
@@ -107,9 +114,11 @@ def read_and_land(
 
 
 def landing_observation(
-    context: AssetExecutionContext, key: str, chunk: PartitionBatch, landed: LandedFile, read: ReadTotals
+    context: AssetExecutionContext, key: str, chunk: PartitionBatch, landed: Landings, read: ReadTotals
 ) -> AssetObservation:
-    """The UI's view of a live run: one observation per landed file, on the partition's timeline.
+    """The UI's view of a live run: an observation on the partition's timeline per report (the
+    run's first landing, then at most one per CS_PLATFORM_REPORT_INTERVAL_SECONDS), covering the
+    files landed since the previous one.
 
     An observation, not a materialization: the partition is materialized once, when its run ends
     and reports the whole read; landings in between are progress, and must not look like completed
@@ -118,17 +127,29 @@ def landing_observation(
     return AssetObservation(
         asset_key=context.asset_key,
         partition=key,
-        description="a chunk landed while the run reads",
-        metadata={
-            "landing_path": MetadataValue.path(landed.path),
-            "mods": landed.rows,
-            "landing_bytes": landed.bytes,
+        description="files landed while the run reads, since its previous observation",
+        metadata={  # few entries: each costs ~0.3 KB of storage per report (the run's materialization has the rest)
+            "landing_path": MetadataValue.path(landed.last_path),
+            "landed_files": landed.files,
+            "mods": landed.mods,
             "watermark": MetadataValue.timestamp(chunk.watermark),
-            "watermark_lag_seconds": round((utc_now() - chunk.watermark).total_seconds(), 1),
-            "mods_so_far": read.mods,
             "landed_chunks_so_far": read.landed_chunks,
         },
     )
+
+
+@dataclass
+class Landings:
+    """Files a run landed since it last reported them."""
+
+    files: int = 0
+    mods: int = 0
+    last_path: str = ""
+
+    def add(self, landed: LandedFile) -> None:
+        self.files += 1
+        self.mods += landed.rows
+        self.last_path = landed.path
 
 
 def _yields(run: DagsterRun | None, done: bool, read_s: float, yield_after_s: float) -> bool:

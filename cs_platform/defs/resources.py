@@ -77,8 +77,8 @@ class ChangeStreamResource(ConfigurableResource):
     end_timestamp: Optional[str] = None  # RFC 3339; default: read forever
     heartbeat_millis: int = 2000
     # One run reads at most this long, landing as it goes, then ends: long, because a run start costs
-    # seconds and Dagster storage while landing no longer waits for a run's end.
-    soft_timeout_seconds: float = 600.0
+    # seconds and Dagster storage (~40 KB of rows) while landing no longer waits for a run's end.
+    soft_timeout_seconds: float = 3600.0
     max_parallel_reads: int = 8  # reader runs the sensor keeps in flight
     # A run that has not landed (nor started) for this long is presumed dead and its partition re-launched.
     stale_run_seconds: float = 120.0
@@ -89,6 +89,7 @@ class ChangeStreamResource(ConfigurableResource):
     landing_chunk_mods: int = DEFAULT_CHUNK_MODS  # a run lands (and persists its watermark) every this many mods
     landing_interval_seconds: float = DEFAULT_CHUNK_INTERVAL.total_seconds()  # ... and at least this often
     yield_after_seconds: float = 10.0  # asked to yield its slot (partitions wait), a run ends after reading this long
+    report_interval_seconds: float = 120.0  # a run's landings are reported to Dagster at most this often (cs_platform.reporting)
 
     def validated(self) -> "ChangeStreamResource":
         """Fail early, naming the setting (its environment variable), before anything touches Spanner."""
@@ -182,6 +183,7 @@ class LakeResource(ConfigurableResource):
     cut_interval_seconds: float = 3.0  # a lake run cuts at most this often (pipeline.keep_cutting)
     lake_soft_timeout_seconds: float = 1800.0  # how long a sensor-launched lake run keeps cutting
     vacuum_margin_seconds: float = 3600.0  # VACUUM spares files removed this long before the oldest kept cut
+    report_interval_seconds: float = 120.0  # a lake run's cuts are reported to Dagster at most this often (cs_platform.reporting)
 
     def stream_root(self, stream: str) -> str:
         return f"{self.root.rstrip('/')}/{validate_identifier(stream, 'change stream name')}"
@@ -330,6 +332,7 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             cut_interval_seconds=settings.value(environ, "CS_PLATFORM_CUT_INTERVAL_SECONDS"),
             lake_soft_timeout_seconds=settings.value(environ, "CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS"),
             vacuum_margin_seconds=settings.value(environ, "CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS"),
+            report_interval_seconds=settings.value(environ, "CS_PLATFORM_REPORT_INTERVAL_SECONDS"),
         ),
         "retention": RetentionResource(
             metadata_retention_seconds=settings.value(environ, "CS_PLATFORM_METADATA_RETENTION_SECONDS"),
@@ -353,5 +356,6 @@ def configured_resources(environ: Mapping[str, str], lazy: bool = False) -> dict
             landing_chunk_mods=settings.value(environ, "CS_PLATFORM_LANDING_CHUNK_MODS"),
             landing_interval_seconds=settings.value(environ, "CS_PLATFORM_LANDING_INTERVAL_SECONDS"),
             yield_after_seconds=settings.value(environ, "CS_PLATFORM_YIELD_AFTER_SECONDS"),
+            report_interval_seconds=settings.value(environ, "CS_PLATFORM_REPORT_INTERVAL_SECONDS"),
         )
     return resources

@@ -30,9 +30,10 @@ from cs_platform.dev.workload import BankWorkload
 log = logging.getLogger("cs_platform.serve")
 
 # make dev's cadence (and the UI test's): short reads, frequent ticks, a cut whenever the low
-# watermark moved in the last 10 s.
+# watermark moved in the last 10 s, and runs that show their progress in the UI every 5 s.
 DEV_SETTINGS = {
     "CS_PLATFORM_SOFT_TIMEOUT_SECONDS": "15",
+    "CS_PLATFORM_REPORT_INTERVAL_SECONDS": "5",
     "CS_PLATFORM_SENSOR_INTERVAL_SECONDS": "5",
     "CS_PLATFORM_LAKE_INTERVAL_SECONDS": "10",
     "CS_PLATFORM_STALE_RUN_SECONDS": "120",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -66,6 +66,19 @@ def observed_landing_paths(instance: DagsterInstance) -> set[str]:
     return {event.asset_observation.metadata["landing_path"].value for event in instance.fetch_observations(ASSET, limit=10_000).records}
 
 
-def landing_observations(instance: DagsterInstance) -> Counter:
-    """Observations of landed files per run (the UI's progress of a live run)."""
-    return Counter(event.run_id for event in instance.fetch_observations(ASSET, limit=10_000).records)
+@dataclass(frozen=True)
+class LandingReport:
+    """One observation of landed files: the UI's view of a live run's progress."""
+
+    at: float  # when it was recorded (epoch seconds)
+    files: int  # the files it covers: those landed since the run's previous report
+    so_far: int  # the files the run had landed by then
+
+
+def landing_observations(instance: DagsterInstance) -> dict[str, list[LandingReport]]:
+    """Per run, its observations of landed files, in order."""
+    found = defaultdict(list)
+    for event in sorted(instance.fetch_observations(ASSET, limit=10_000).records, key=lambda e: e.timestamp):
+        meta = event.asset_observation.metadata
+        found[event.run_id].append(LandingReport(event.timestamp, meta["landed_files"].value, meta["landed_chunks_so_far"].value))
+    return dict(found)

@@ -21,6 +21,7 @@ from cs_platform_tests.lake.readers import check_history_at_cut
 
 MIRRORS = AssetKey(["bank_stream", "mirrors"])
 HISTORY = AssetKey(["bank_stream", "history"])
+REPORT_EVERY_S = 4  # the lake run cuts every 2-3 s: a report covers one cut or more
 
 
 def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
@@ -63,10 +64,12 @@ def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, d
 
 def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stream, dagster_instance, spark, monkeypatch, tmp_path):
     """What the lake sensor launches: one run, one Spark session, a cut whenever the low watermark
-    moved while the stream is read. Each applied cut is a materialization of both assets, with its
-    checks evaluated, the moment it is applied; the run ends on its last cut once the finished
-    stream's end is applied, and every cut it published is a consistent cut of the bank."""
+    moved while the stream is read. Its cuts are reported as materializations of both assets: the
+    first at once, then one report per report interval covering the cuts since the last, every cut
+    in exactly one; the checks' evaluations are recorded on the first and the last, none changed; the run ends on its last cut once the finished stream's
+    end is applied, and every cut it published is a consistent cut of the bank."""
     monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "1")
+    monkeypatch.setenv("CS_PLATFORM_REPORT_INTERVAL_SECONDS", str(REPORT_EVERY_S))
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Accounts")  # the same cuts write its history table
     # The run shares this process's JVM: warm it first, as a lake run's first cut on a cold JVM
     # (the first test on a worker) can take the whole window, leaving one cut where two are needed.
@@ -95,19 +98,28 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
         for r in reversed(dagster_instance.fetch_materializations(MIRRORS, limit=1000).records)
         if r.run_id == run.run_id
     ]
-    applied = [m["cut"].value for m in recorded if m["applied"].value]
     lake = Lake(spark, str(bank_stream.landing_root.parent / "lake" / "BankStream"))
-    cuts = lake.cuts()
-    assert len(applied) >= 2, f"one run applied {len(applied)} cuts in {window_s:.0f} s: {applied}"
-    assert applied == [c.timestamp() for c in cuts[1:]]  # cuts[0] is the snapshot at the start
-    assert cuts[-1] == end and recorded[-1]["stream_finished"].value is True
+    cuts = lake.cuts()  # cuts[0] is the snapshot at the start, the run's first cut the next
+    assert len(cuts) >= 3, f"one run applied {len(cuts) - 1} cuts in {window_s:.0f} s"
+    # Every cut the run published is in exactly one report, which names the last it covers (the
+    # others it took found theirs already applied: its last, the stream's end again, at least).
+    applied, reported = sum(m["cuts_applied"].value for m in recorded), [m["cut"].value for m in recorded]
+    assert applied == len(cuts) - 1 < sum(m["cuts_covered"].value for m in recorded), recorded
+    assert {m["cut"].value for m in recorded if m["applied"].value} <= {c.timestamp() for c in cuts}, reported
+    assert recorded[0]["cuts_covered"].value == 1 and "snapshot_rows" in recorded[0]  # the first cut took the snapshot: at once
+    assert sum(m["transactions"].value for m in recorded) == sum(1 for t in workload.committed if t.commit_timestamp <= end)
+    # No more reports than the run's life allows: the first, then one per interval (and the step's output).
+    lives = dagster_instance.get_run_record_by_id(run.run_id)
+    assert len(recorded) <= 2 + (lives.end_time - lives.start_time) / REPORT_EVERY_S
+    assert cuts[-1] == end and reported[-1] == end.timestamp() and recorded[-1]["stream_finished"].value is True
     evaluations = [
         e.asset_check_evaluation
         for e in dagster_instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
     ]
     by_check = {name: [e for e in evaluations if e.check_name == name] for name in CHECKS}
     assert all(e.passed for e in evaluations), [e for e in evaluations if not e.passed]
-    assert len(by_check["complete_transactions_below_low_watermark"]) == len(recorded)  # every cut's own checks
+    # Evaluations on the run's first report and its last cut: no outcome changed in between.
+    assert len(by_check["complete_transactions_below_low_watermark"]) == 2 <= len(recorded)
     assert len(by_check["mirrors_match_source"]) == 1  # reads the source: on the run's last cut
     changelog_rows = sum(
         r.asset_materialization.metadata["new_rows"].value
@@ -118,7 +130,7 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     for cut in (cuts[1], cuts[len(cuts) // 2], cuts[-1]):
         check_bank_cut(lake, bank_stream.bank, cut)
     check_history_at_cut(lake, cuts[-1])
-    # The history asset: a materialization per cut, and its check on the run's last cut.
+    # The history asset: a materialization per report, and its check on the run's last cut.
     history = [r for r in dagster_instance.fetch_materializations(HISTORY, limit=1000).records if r.run_id == run.run_id]
     assert len(history) == len(recorded)
     (checked,) = [e for e in evaluations if e.check_name == lake_assets.HISTORY_CHECK]

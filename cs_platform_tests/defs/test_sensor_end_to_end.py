@@ -23,6 +23,7 @@ from cs_platform_tests.defs.landing_oracle import assert_no_loss, landing_observ
 
 WINDOW_SECONDS = 50
 WRITES_PER_SECOND = 50
+REPORT_EVERY_S = 2
 
 
 def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_stream, dagster_instance, spanner_front):
@@ -39,6 +40,7 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
         # (a fresh clone at a load of 6) every run began after its partition's end and read its
         # settled range in one interval, landing once.
         "CS_PLATFORM_LANDING_CHUNK_MODS": "40",
+        "CS_PLATFORM_REPORT_INTERVAL_SECONDS": str(REPORT_EVERY_S),  # the UI sees a run's landings, not each
     }.items():
         bank_stream.monkeypatch.setenv(name, value)
     spanner_front.partition_by_key_range(
@@ -79,9 +81,16 @@ def test_sensor_launched_runs_read_every_partition_once_and_lose_nothing(bank_st
     assert set(chains) == set(by_key)
     assert max(read.landed_chunks for chain in chains.values() for read in chain) >= 2, "no run landed twice"
     assert any(read.yielded for chain in chains.values() for read in chain), "no run yielded its slot"
-    # While a run read, the UI saw each file it landed as an observation of its partition.
+    # While a run read, the UI saw its landings as observations of its partition: the first at once,
+    # then one per report interval at most, each covering the files landed since the one before.
     landed_per_run = {read.run_id: read.landed_chunks for chain in chains.values() for read in chain if read.landed_chunks}
-    assert landing_observations(dagster_instance) == landed_per_run
+    observed = landing_observations(dagster_instance)
+    assert set(observed) == set(landed_per_run)
+    lives = {r.dagster_run.run_id: r.end_time - r.start_time for r in dagster_instance.get_run_records(RunsFilter(run_ids=list(observed)))}
+    for run_id, reports in observed.items():
+        assert reports[0].files == reports[0].so_far == 1, f"run {run_id}: its first landing was not reported at once"
+        assert sum(r.files for r in reports) == reports[-1].so_far <= landed_per_run[run_id]  # each landing in one report
+        assert len(reports) <= 1 + lives[run_id] / REPORT_EVERY_S, f"run {run_id} reported more often than every {REPORT_EVERY_S} s"
     for key, chain in chains.items():
         partition = by_key[key]
         assert chain[0].query_start == partition.reads_from  # T0 + 1µs for the stream's first partitions
