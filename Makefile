@@ -28,7 +28,9 @@ NEEDS := $(PY) -m cs_platform.dev.prerequisites
 # three 19:06 (2,281); and three with three busy-looping processes beside them (load average
 # 11-19, 32:02 of pytest) passed all 291 tests too (docs/tests.md, "Workers").
 TEST_WORKERS ?= 3
+# ruff first: a lint failure (pyproject.toml, [tool.ruff]) fails in a second or two, not after the suite.
 test: setup
+	$(PY) -m ruff check cs_platform cs_platform_tests bench
 	$(NEEDS) emulator chromium postgresql
 	$(PY) -m pytest cs_platform_tests -n $(TEST_WORKERS) --dist loadgroup --max-worker-restart=0 --durations=25
 

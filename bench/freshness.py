@@ -66,6 +66,7 @@ from dagster import AssetKey, DagsterInstance, RunsFilter
 
 from cs_platform import settings as cs_settings
 from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
+from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.dev.dagster_dev import start_dagster_dev
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import STREAM, embedded_bank
@@ -74,8 +75,7 @@ from cs_platform.dev.process_group import stop_process_group
 from cs_platform.dev.spanner_front import SpannerFront
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
-from cs_platform.defs.resources import change_stream_resource_key, configured_resources
-from cs_platform.lake.published import latest_cut, lake_location
+from cs_platform.lake.published import lake_location, latest_cut
 from dagster_storage import storage_of_runs
 
 # Short reads (a partition's records land every 5 s), fast ticks, a lake run (one cut) whenever the

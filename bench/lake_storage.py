@@ -19,12 +19,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from lake_apply import synthesize, timed
-
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.landing.gcs import EMULATOR_SETTING, GcsAccess
+from lake_apply import synthesize, timed
 
 
 def cut_times(spark, root: str, mods: int, keys: int, small_mods: int) -> tuple[float, float]:

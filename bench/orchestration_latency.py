@@ -33,9 +33,9 @@ from cs_platform.definitions import build_definitions
 from cs_platform.defs.change_stream import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, SpannerResource
 from cs_platform.dev.dagster_dev import start_dagster_dev
-from cs_platform.dev.process_group import stop_process_group
 from cs_platform.dev.embedded import INSTANCE, PROJECT, STREAM, embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
+from cs_platform.dev.process_group import stop_process_group
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import BankWorkload
 

@@ -28,7 +28,14 @@ from dagster import DagsterInstance
 from google.api_core import exceptions as gexc
 from google.cloud import spanner
 
-from cs_platform.changestream.metadata import COLUMNS, INITIAL_PARTITION_TOKEN, PartitionMetadataStore, PartitionState, partition_key, utc_now
+from cs_platform.changestream.metadata import (
+    COLUMNS,
+    INITIAL_PARTITION_TOKEN,
+    PartitionMetadataStore,
+    PartitionState,
+    partition_key,
+    utc_now,
+)
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.change_stream import ChangeStreamNames
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources

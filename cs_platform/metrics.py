@@ -46,7 +46,7 @@ from cs_platform import settings
 from cs_platform.changestream.errors import ChangeStreamError
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
-from cs_platform.lake.published import ingested_landing, latest_cut, lake_location
+from cs_platform.lake.published import ingested_landing, lake_location, latest_cut
 from cs_platform.landing.store import LandingStore
 
 log = logging.getLogger(__name__)

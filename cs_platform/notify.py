@@ -21,6 +21,7 @@ from typing import Mapping
 
 from cs_platform import settings
 
+
 @dataclass(frozen=True)
 class Alert:
     """One thing an on-call engineer must know, once."""

@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Callable, Collection, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from google.cloud.spanner_v1.database import Database
 
@@ -46,7 +46,6 @@ from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.stream_state import StreamPosition, source_identity, stream_position
-
 
 # How often a lake run waiting for the watermark to move reads it (a cut still comes at most every
 # CS_PLATFORM_CUT_INTERVAL_SECONDS): a partition's first landing after a split or a merge, which

@@ -22,20 +22,19 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from dagster import instance_for_test
 from google.cloud import spanner
 from google.cloud.spanner_v1.database import Database
 from google.cloud.spanner_v1.instance import Instance
 
-from dagster import instance_for_test
-
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.dev.emulator import SpannerEmulator, free_loopback_port
-from cs_platform.dev.spanner_front import SpannerFront
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
+from cs_platform.dev.spanner_front import SpannerFront
 from cs_platform.dev.spark_connect import spark_connect_server
-from cs_platform.landing.gcs import EMULATOR_SETTING, GcsAccess
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
+from cs_platform.landing.gcs import EMULATOR_SETTING, GcsAccess
 
 # PySpark hands TIMESTAMPs back as naive datetimes in the local time zone: the whole suite runs
 # west of UTC (and the cut tests east of it too, see ``local_time_zone``) so a UTC assumption fails.

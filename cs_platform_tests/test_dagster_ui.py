@@ -16,22 +16,21 @@ import subprocess
 import threading
 import time
 import urllib.request
+from collections import Counter
 from datetime import timedelta
 from pathlib import Path
-
-from collections import Counter
 
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 
 from cs_platform.changestream.metadata import utc_now
+from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.dagster_dev import start_dagster_dev
-from cs_platform.dev.process_group import stop_process_group
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import embedded_bank
-from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.emulator import free_loopback_port
-from cs_platform.defs.lake_assets import CHECKS
+from cs_platform.dev.process_group import stop_process_group
+from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.engines import CutTables, read_arrow
 from cs_platform.lake.published import lake_location, published_cuts

@@ -5,6 +5,7 @@ stream then reads again from the new start as a new epoch, into a lake bound to 
 import os
 import subprocess
 import sys
+
 import pytest
 
 from cs_platform.changestream.errors import SettingsDriftError

@@ -12,11 +12,11 @@ from dagster import instance_for_test
 
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore, utc_now
+from cs_platform.definitions import build_definitions
 from cs_platform.dev.emulator import SpannerEmulator
 from cs_platform.dev.oracle import committed, landed
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
-from cs_platform.definitions import build_definitions
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.source import SourceMismatchError
 from cs_platform.landing.store import LandingStore

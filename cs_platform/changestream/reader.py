@@ -56,13 +56,13 @@ from cs_platform.changestream.errors import (
     UnknownChangeStreamError,
 )
 from cs_platform.changestream.mapper import GoogleSqlRowMapper, PostgresRowMapper
-from cs_platform.changestream.proto_mapper import ProtoRowMapper, is_proto_row_type
 from cs_platform.changestream.metadata import (
     ONE_MICROSECOND,
     PartitionMetadata,
     PartitionMetadataStore,
     utc_now,
 )
+from cs_platform.changestream.proto_mapper import ProtoRowMapper, is_proto_row_type
 from cs_platform.changestream.query import ChangeStreamQuery, Dialect, RpcPriority
 from cs_platform.changestream.records import (
     ChangeRecord,

@@ -23,8 +23,8 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from functools import partial
 from datetime import datetime, timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Sequence
 
 from dagster import (
@@ -65,8 +65,8 @@ from cs_platform.stream_state import StreamPosition, stream_cut
 
 if TYPE_CHECKING:
     from cs_platform.lake.cuts import Lake
-    from cs_platform.pipeline import LakeAdvance
     from cs_platform.lake.snapshot import SnapshotResult
+    from cs_platform.pipeline import LakeAdvance
 
 LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per stream (tag concurrency limit)
 # Set by the lake sensor: the run keeps cutting for CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS. Without it

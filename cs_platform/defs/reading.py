@@ -47,6 +47,7 @@ from cs_platform.defs.runs import CANCELLED, YIELD_TAG, drain_on_interrupt, end_
 from cs_platform.landing.store import LandedFile
 from cs_platform.reporting import Cadence, liveness_beat_seconds
 
+
 def read_and_land(
     context: AssetExecutionContext, job_name: str, change_stream: ChangeStreamResource, landing_resource: LandingResource
 ) -> MaterializeResult:

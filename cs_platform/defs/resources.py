@@ -14,6 +14,7 @@ from dagster import ConfigurableResource, EnvVar
 from google.cloud.spanner_v1.database import Database
 from pydantic import PrivateAttr
 
+from cs_platform import settings
 from cs_platform.changestream.catalog import change_stream_retention, partition_mode, require_change_stream
 from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
@@ -22,10 +23,9 @@ from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, valid
 from cs_platform.changestream.reader import DEFAULT_CHUNK_INTERVAL, DEFAULT_CHUNK_MODS, PartitionReader
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.landing.gcs import GcsAccess, storage_for
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
-from cs_platform import settings
-from cs_platform.landing.gcs import GcsAccess, storage_for
 from cs_platform.settings import env_name
 from cs_platform.stream_state import source_identity
 

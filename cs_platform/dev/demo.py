@@ -30,8 +30,8 @@ from dagster import DagsterInstance
 from cs_platform.changestream.metadata import PartitionMetadataStore, lineage, utc_now
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
-from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.cutter import Cutter
+from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.oracle import committed, landed
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload

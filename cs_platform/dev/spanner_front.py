@@ -73,13 +73,11 @@ from google.cloud.spanner_v1.types import CommitRequest, ExecuteSqlRequest, Part
 from google.protobuf import struct_pb2
 
 from cs_platform.changestream.metadata import ONE_MICROSECOND, utc_now
+from cs_platform.changestream.query import PartitionMode
 from cs_platform.changestream.values import format_timestamp, parse_timestamp
 from cs_platform.dev.emulator import free_loopback_port
-from cs_platform.changestream.query import PartitionMode
 from cs_platform.dev.immutable_rows import immutable_response
 from cs_platform.dev.key_ranges import KeyRangeStats, KeyRangeStream, KeyRangeStreams
-from cs_platform.dev.partial_results import complete_values
-from cs_platform.dev.proto_columns import ProtoColumns
 from cs_platform.dev.mutable_key_range import (
     END_REQUIRED,
     END_TOO_FAR,
@@ -92,6 +90,8 @@ from cs_platform.dev.mutable_key_range import (
     stream_of,
     with_options_rows,
 )
+from cs_platform.dev.partial_results import complete_values
+from cs_platform.dev.proto_columns import ProtoColumns
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StringType, StructField, StructType
 
-from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.catalog import WatchedTable
+from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.table_snapshot import SnapshotPartition, SnapshotPlan, read_partition
 from cs_platform.lake.cuts import Lake, StaleSnapshotError, plain_datetime
 from cs_platform.lake.delta import USER_METADATA, session_conf

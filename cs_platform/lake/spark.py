@@ -23,8 +23,8 @@ from delta import configure_spark_with_delta_pip
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.gcs_connector import gcs_spark_config
+from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.ivy import ivy_lock, remember_resolved, resolved_jars
 from cs_platform.landing.gcs import GcsAccess
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, IO
+from typing import IO, TYPE_CHECKING, Callable
 
 from cs_platform.changestream.errors import InvalidArgumentError
 from cs_platform.landing.gcs import GcsAccess

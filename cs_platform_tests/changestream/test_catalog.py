@@ -3,7 +3,13 @@ snapshot reads, typed as change records type them."""
 
 import pytest
 
-from cs_platform.changestream.catalog import column_type, watched_table_names, watched_table_shapes, watched_tables, watched_tables_and_shapes
+from cs_platform.changestream.catalog import (
+    column_type,
+    watched_table_names,
+    watched_table_shapes,
+    watched_tables,
+    watched_tables_and_shapes,
+)
 from cs_platform.changestream.errors import UnknownChangeStreamError, UnsupportedColumnTypeError
 from cs_platform_tests.changestream.test_value_capture import cards_bundle
 

@@ -14,9 +14,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from google.api_core import exceptions as gexc
-from grpc import StatusCode
 from google.cloud.spanner_v1.types import ChangeStreamRecord
 from google.protobuf import struct_pb2, timestamp_pb2
+from grpc import StatusCode
 
 from cs_platform.changestream.catalog import partition_mode
 from cs_platform.changestream.connection import SpannerTarget

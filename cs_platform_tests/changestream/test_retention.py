@@ -10,7 +10,14 @@ from datetime import timedelta
 import pytest
 
 from cs_platform.changestream.catalog import change_stream_retention
-from cs_platform.changestream.metadata import COLUMNS, INITIAL_PARTITION_TOKEN, PartitionMetadataStore, PartitionState, partition_key, utc_now
+from cs_platform.changestream.metadata import (
+    COLUMNS,
+    INITIAL_PARTITION_TOKEN,
+    PartitionMetadataStore,
+    PartitionState,
+    partition_key,
+    utc_now,
+)
 from cs_platform.changestream.retention import RetentionLevel, watch_retention
 from cs_platform.dev.workload import BANK_TABLES_DDL, bank_stream_ddl
 

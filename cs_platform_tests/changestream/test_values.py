@@ -5,7 +5,6 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 
 import pytest
-
 from google.protobuf import struct_pb2
 
 from cs_platform.changestream import values

@@ -43,11 +43,11 @@ from pathlib import Path
 from dagster import AssetKey, DagsterInstance, materialize
 from google.cloud.spanner_v1.batch import Batch
 
-from cs_platform.defs import reading
+from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.definitions import build_definitions
+from cs_platform.defs import reading
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.landing.location import Location
 from cs_platform.landing.store import LandingStore
 

@@ -9,8 +9,8 @@ from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentif
 from cs_platform.changestream.metadata import PartitionState
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.resources import ChangeStreamResource, SpannerResource
-from cs_platform.landing.store import LandingStore
 from cs_platform.dev.oracle import landed
+from cs_platform.landing.store import LandingStore
 from cs_platform_tests.defs.landing_oracle import reads
 from cs_platform_tests.defs.processes import JOB
 

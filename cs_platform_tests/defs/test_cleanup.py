@@ -8,7 +8,6 @@ import os
 import signal
 
 import pytest
-
 from dagster import AssetKey, DagsterRunStatus, RunsFilter, materialize
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState

@@ -27,8 +27,8 @@ from dagster import AssetKey, DagsterRun, DagsterRunStatus, RunsFilter, build_se
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState, utc_now
 from cs_platform.changestream.query import PartitionMode
-from cs_platform.defs.runs import live_runs_by_partition, mark_progress
 from cs_platform.definitions import build_definitions
+from cs_platform.defs.runs import live_runs_by_partition, mark_progress
 from cs_platform.dev.deadline import Deadline, load_per_core, wait_until
 from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed
 from cs_platform.dev.sensor_loop import SensorLoop, evaluate_sensor
@@ -45,7 +45,6 @@ from cs_platform_tests.lake.readers import (
     latest_cut_without_time_travel,
     versions_after,
 )
-
 
 LAKE_JOB = "bank_stream_lake"
 

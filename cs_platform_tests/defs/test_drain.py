@@ -18,8 +18,8 @@ from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, Partition
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.dev.deadline import Deadline, wait_until
-from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.oracle import check_bank_cut
+from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore, landed_upto
 from cs_platform_tests.defs.landing_oracle import assert_no_loss

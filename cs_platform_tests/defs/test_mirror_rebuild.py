@@ -16,19 +16,18 @@ import re
 import threading
 
 import pytest
-from google.cloud.spanner_v1 import KeySet
-
 from dagster import AssetKey, build_sensor_context, materialize
+from google.cloud.spanner_v1 import KeySet
 
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.workload import BANK_TABLES, BANK_TABLES_DDL
 from cs_platform.lake.cli import main as lake_cli
 from cs_platform.lake.cuts import Lake
+from cs_platform.lake.identifiers import quoted, sql_string
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import UnknownTableError, rebuild_mirrors
 from cs_platform_tests.changestream.test_value_capture import cards_bundle
 from cs_platform_tests.lake.readers import check_history_at_cut
-from cs_platform.lake.identifiers import quoted, sql_string
 
 BRANCHES = ["BranchId", "City", "Staff"]
 # Watched from the stream's start, then one dropped and one renamed mid-stream (FOR ALL lets a

@@ -25,14 +25,13 @@ from datetime import timedelta
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.cutter import Cutter
-from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.dev.workload import BankWorkload
-from cs_platform.lake.cuts import Lake
-from cs_platform.landing.store import LandingStore, landed_name
 from cs_platform.dev.oracle import bank_source_at, check_bank_cut, committed, landed
-from cs_platform.dev.workload import start_after
-from cs_platform_tests.defs.processes import SENSOR
+from cs_platform.dev.sensor_loop import SensorLoop
+from cs_platform.dev.workload import BankWorkload, start_after
+from cs_platform.lake.cuts import Lake
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.landing.store import LandingStore, landed_name
+from cs_platform_tests.defs.processes import SENSOR
 from cs_platform_tests.lake.readers import check_history_at_cut, check_history_intervals, check_readers_agree
 
 WINDOW_SECONDS = 45  # the emulator's partitions churn every 3 s: splits and merges in any window this long

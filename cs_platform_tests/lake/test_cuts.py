@@ -288,8 +288,6 @@ def test_a_mirror_whose_table_left_the_stream_stays_frozen_until_a_snapshot_repl
 def test_parquet_landing_files_of_an_earlier_version_are_still_ingested(lake):
     """Landing wrote Parquet before JSON lines, in files whose names count no rows: an upgraded lake
     run ingests those beside new files, counting their rows by reading them."""
-    import pyarrow.parquet as pq
-
     lake, store = lake
     insert = rec("t1", 0, T0, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "1", "UpdatedAt": None})])
     old = Path(land(store, "p", insert, watermark=T0).path)

@@ -7,11 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 from dagster import AssetKey
-from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
 
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import SnapshotTooOldError
@@ -19,14 +19,13 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, partition_
 from cs_platform.changestream.query import ChangeStreamQuery, Dialect
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.runner import LocalRunner
+from cs_platform.defs.lake_assets import mirrors_match_source
 from cs_platform.dev.deadline import Deadline
-from cs_platform.dev.workload import BankWorkload
+from cs_platform.dev.workload import BankWorkload, start_after
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
-from cs_platform.defs.lake_assets import mirrors_match_source
 from cs_platform.pipeline import start_from_snapshot, take_snapshot
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
-from cs_platform.dev.workload import start_after
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 from cs_platform_tests.lake.readers import check_readers_agree
 

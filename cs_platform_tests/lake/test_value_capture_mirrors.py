@@ -15,10 +15,10 @@ from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.runner import LocalRunner
 from cs_platform.lake.cuts import Lake
+from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
-from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform_tests.lake.readers import check_history_at_cut, check_history_intervals, check_readers_agree
 
 
