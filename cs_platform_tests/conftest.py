@@ -42,6 +42,12 @@ SESSION_TIME_ZONE = "America/Los_Angeles"
 os.environ["TZ"] = SESSION_TIME_ZONE
 time.tzset()
 
+# The test package is not installed with the product (pyproject.toml): the processes the tests start
+# (``python -m cs_platform_tests.defs.processes``, run workers that unpickle a test's function) find
+# it in the checkout, wherever they run.
+CHECKOUT = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join([CHECKOUT, *filter(None, [os.environ.get("PYTHONPATH")])])
+
 PROJECT = "cs-platform-test"
 INSTANCE = "test-instance"
 
