@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping
 
-from dagster._utils.schedules import is_valid_cron_string
+from dagster import DagsterInvalidDefinitionError, ScheduleDefinition
 
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.query import MAX_HEARTBEAT_MILLIS, MIN_HEARTBEAT_MILLIS
+from cs_platform.changestream.reader import DEFAULT_CHUNK_INTERVAL, DEFAULT_CHUNK_MODS
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.lake.history_schema import HistoryPolicy
 
@@ -83,8 +84,11 @@ def _names(text: str) -> list[str]:
 
 
 def _cron(text: str) -> str:
-    if not is_valid_cron_string(text):
-        raise ValueError("a cron schedule")
+    """A cron schedule as Dagster's schedules take it: checked by building one (public API)."""
+    try:
+        ScheduleDefinition(name="cron_check", cron_schedule=text, job_name="cron_check")
+    except DagsterInvalidDefinitionError as e:
+        raise ValueError("a cron schedule") from e
     return text
 
 
@@ -150,8 +154,8 @@ SETTINGS = {
         Setting("CS_PLATFORM_END_TIMESTAMP", _timestamp, None, "RFC 3339 end (default: none, read forever)", "end_timestamp"),
         Setting("CS_PLATFORM_HEARTBEAT_MILLIS", Number(MIN_HEARTBEAT_MILLIS, MAX_HEARTBEAT_MILLIS, "milliseconds", whole=True), "2000", "heartbeat interval of the change stream query (Spanner's range)", "heartbeat_millis"),
         Setting("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", Number(0, DAY, above_low=True), "3600", "how long one run reads (landing as it goes) before it ends and the sensor launches the next: about one run per live partition an hour (a run start costs seconds and Dagster storage; a deploy or a stop drains runs at once, docs/operations.md)", "soft_timeout_seconds"),
-        Setting("CS_PLATFORM_LANDING_CHUNK_MODS", Number(1, 1_000_000, "mods", whole=True), "20000", "a run lands a file and persists its watermark every this many mods: its memory holds one chunk, not its whole read", "landing_chunk_mods"),
-        Setting("CS_PLATFORM_LANDING_INTERVAL_SECONDS", Number(0, 3600, above_low=True), "2", "a run also lands what it read and persists its watermark at least this often while the watermark moves (heartbeats alone move it, every 2 s by default): the lake sees a run's reads while it runs, and the low watermark trails by about this much", "landing_interval_seconds"),
+        Setting("CS_PLATFORM_LANDING_CHUNK_MODS", Number(1, 1_000_000, "mods", whole=True), str(DEFAULT_CHUNK_MODS), "a run lands a file and persists its watermark every this many mods: its memory holds one chunk, not its whole read", "landing_chunk_mods"),
+        Setting("CS_PLATFORM_LANDING_INTERVAL_SECONDS", Number(0, 3600, above_low=True), f"{DEFAULT_CHUNK_INTERVAL.total_seconds():g}", "a run also lands what it read and persists its watermark at least this often while the watermark moves (heartbeats alone move it, every 2 s by default): the lake sees a run's reads while it runs, and the low watermark trails by about this much", "landing_interval_seconds"),
         Setting("CS_PLATFORM_MAX_PARALLEL_READS", Number(1, 1000, "runs", whole=True), "8", "reader runs in flight per stream", "max_parallel_reads"),
         Setting("CS_PLATFORM_YIELD_AFTER_SECONDS", Number(0, DAY), "10", "when partitions wait for a run slot, the sensor asks live runs to yield theirs: each lands, persists its watermark and ends once it has read this long, so reads rotate", "yield_after_seconds"),
         Setting("CS_PLATFORM_STALE_RUN_SECONDS", Number(0, DAY, above_low=True), "120", "a reader run that has not landed for this long (since its start or its last landing) is presumed dead, and its partition re-launched from its watermark; more than twice the landing interval. A lake run whose process has not marked it alive (every few seconds) for this long is presumed dead too, and a new one launched", "stale_run_seconds"),
@@ -202,6 +206,12 @@ def value(environ: Mapping[str, str], env: str) -> Any:
         return setting.parse(text)
     except (ValueError, MalformedRecordError) as e:
         raise _invalid(env, repr(text)) from e
+
+
+def default(env: str) -> Any:
+    """The parsed default of setting ``env``: what the resource field it configures defaults to, so
+    that each default is written once, in the table above."""
+    return value({}, env)
 
 
 def check_all(environ: Mapping[str, str]) -> None:

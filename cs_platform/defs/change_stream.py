@@ -73,17 +73,18 @@ class ChangeStreamNames:
 def change_stream_definitions(
     stream: str,
     resource: ChangeStreamResource,
-    sensor_interval_seconds: int = 5,
-    sensor_status: DefaultSensorStatus = DefaultSensorStatus.RUNNING,
-    lake_interval_seconds: int = 30,
-    max_lag_seconds: float = 600.0,
-    maintenance_cron: str = "17 * * * *",
-    cleanup_cron: str = "43 * * * *",
-    bounded: bool = False,
-    history: bool = False,
+    *,
+    sensor_interval_seconds: int,
+    lake_interval_seconds: int,
+    max_lag_seconds: float,
+    maintenance_cron: str,
+    cleanup_cron: str,
+    bounded: bool,
+    history: bool,
 ) -> Definitions:
-    """Every definition of one change stream; ``bounded``: an end timestamp is set (the stream
-    finishes); ``history``: some of its tables keep history tables."""
+    """Every definition of one change stream, configured by the settings (``build_definitions``
+    passes them: their defaults live in ``cs_platform.settings`` only); ``bounded``: an end
+    timestamp is set (the stream finishes); ``history``: some of its tables keep history tables."""
     names = ChangeStreamNames(stream)
     partitions = DynamicPartitionsDefinition(name=names.partitions)
 
@@ -118,7 +119,7 @@ def change_stream_definitions(
         job=job,
         minimum_interval_seconds=sensor_interval_seconds,
         required_resource_keys={names.resource_key, "landing"},
-        default_status=sensor_status,
+        default_status=DefaultSensorStatus.RUNNING,
         description=(
             f"Detects new partitions of {stream} in the metadata table and launches one run per partition "
             "token; re-launches partitions whose run ended (soft timeout) or died, from their watermark; "

@@ -20,7 +20,7 @@ from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
 from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_identifier
-from cs_platform.changestream.reader import DEFAULT_CHUNK_INTERVAL, DEFAULT_CHUNK_MODS, PartitionReader
+from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.landing.gcs import GcsAccess, storage_for
@@ -42,8 +42,8 @@ class SpannerResource(ConfigurableResource):
     instance_id: str
     database_id: str
     emulator_host: Optional[str] = None  # host:port of a Spanner emulator; empty for Cloud Spanner
-    timeout_seconds: float = 20.0  # deadline of the calls that find the database and of metadata queries
-    read_mode: str = "auto"  # streaming, polling, or auto (polling on an emulator): CS_PLATFORM_READ_MODE
+    timeout_seconds: float = settings.default("CS_PLATFORM_SPANNER_TIMEOUT_SECONDS")  # deadline of the calls that find the database and of metadata queries
+    read_mode: str = settings.default("CS_PLATFORM_READ_MODE")  # streaming, polling, or auto (polling on an emulator): CS_PLATFORM_READ_MODE
 
     _databases: dict = PrivateAttr(default_factory=dict)
 
@@ -75,21 +75,21 @@ class ChangeStreamResource(ConfigurableResource):
     metadata_table: Optional[str] = None  # default: <stream_name>Metadata
     start_timestamp: Optional[str] = None  # RFC 3339; default: the first sensor tick
     end_timestamp: Optional[str] = None  # RFC 3339; default: read forever
-    heartbeat_millis: int = 2000
+    heartbeat_millis: int = settings.default("CS_PLATFORM_HEARTBEAT_MILLIS")
     # One run reads at most this long, landing as it goes, then ends: long, because a run start costs
     # seconds and Dagster storage (~40 KB of rows) while landing no longer waits for a run's end.
-    soft_timeout_seconds: float = 3600.0
-    max_parallel_reads: int = 8  # reader runs the sensor keeps in flight
+    soft_timeout_seconds: float = settings.default("CS_PLATFORM_SOFT_TIMEOUT_SECONDS")
+    max_parallel_reads: int = settings.default("CS_PLATFORM_MAX_PARALLEL_READS")  # reader runs the sensor keeps in flight
     # A run that has not landed (nor started) for this long is presumed dead and its partition re-launched.
-    stale_run_seconds: float = 120.0
+    stale_run_seconds: float = settings.default("CS_PLATFORM_STALE_RUN_SECONDS")
     # First pause before re-launching a read that made no progress (then doubled). Keep it above the
     # time a launched run takes to show up in the instance, or a slow start looks like a failure.
     retry_backoff_seconds: float = 30.0
-    rpc_priority: str = "HIGH"  # LOW, MEDIUM or HIGH (RequestOptions priority of our requests)
-    landing_chunk_mods: int = DEFAULT_CHUNK_MODS  # a run lands (and persists its watermark) every this many mods
-    landing_interval_seconds: float = DEFAULT_CHUNK_INTERVAL.total_seconds()  # ... and at least this often
-    yield_after_seconds: float = 10.0  # asked to yield its slot (partitions wait), a run ends after reading this long
-    report_interval_seconds: float = 120.0  # a run's landings are reported to Dagster at most this often (cs_platform.reporting)
+    rpc_priority: str = settings.default("CS_PLATFORM_RPC_PRIORITY")  # LOW, MEDIUM or HIGH (RequestOptions priority of our requests)
+    landing_chunk_mods: int = settings.default("CS_PLATFORM_LANDING_CHUNK_MODS")  # a run lands (and persists its watermark) every this many mods
+    landing_interval_seconds: float = settings.default("CS_PLATFORM_LANDING_INTERVAL_SECONDS")  # ... and at least this often
+    yield_after_seconds: float = settings.default("CS_PLATFORM_YIELD_AFTER_SECONDS")  # asked to yield its slot (partitions wait), a run ends after reading this long
+    report_interval_seconds: float = settings.default("CS_PLATFORM_REPORT_INTERVAL_SECONDS")  # a run's landings are reported to Dagster at most this often (cs_platform.reporting)
 
     def validated(self) -> "ChangeStreamResource":
         """Fail early, naming the setting (its environment variable), before anything touches Spanner."""
@@ -175,15 +175,15 @@ class LakeResource(ConfigurableResource):
     """Where the Delta tables live: a local directory or gs:// URI; one sub-directory per stream."""
 
     root: str
-    max_lag_seconds: float = 600.0  # the lake is late beyond this (watermark_lag check, freshness policy)
-    untyped_values: str = "fail"  # or "quarantine": see cs_platform.lake.quarantine
-    history_tables: str = "none"  # or "all", or table names: see cs_platform.lake.history
-    append_inserts: bool = True  # a mirror that only takes inserts is appended to: see cs_platform.lake.cuts
-    kept_cuts_seconds: float = 86400.0  # cuts this recent stay readable; maintenance drops older ones (cs_platform.lake.maintenance)
-    cut_interval_seconds: float = 3.0  # a lake run cuts at most this often (pipeline.keep_cutting)
-    lake_soft_timeout_seconds: float = 1800.0  # how long a sensor-launched lake run keeps cutting
-    vacuum_margin_seconds: float = 3600.0  # VACUUM spares files removed this long before the oldest kept cut
-    report_interval_seconds: float = 120.0  # a lake run's cuts are reported to Dagster at most this often (cs_platform.reporting)
+    max_lag_seconds: float = settings.default("CS_PLATFORM_MAX_LAG_SECONDS")  # the lake is late beyond this (watermark_lag check, freshness policy)
+    untyped_values: str = settings.default("CS_PLATFORM_UNTYPED_VALUES")  # or "quarantine": see cs_platform.lake.quarantine
+    history_tables: str = settings.default("CS_PLATFORM_HISTORY_TABLES")  # or "all", or table names: see cs_platform.lake.history
+    append_inserts: bool = settings.default("CS_PLATFORM_APPEND_INSERTS")  # a mirror that only takes inserts is appended to: see cs_platform.lake.cuts
+    kept_cuts_seconds: float = settings.default("CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS")  # cuts this recent stay readable; maintenance drops older ones (cs_platform.lake.maintenance)
+    cut_interval_seconds: float = settings.default("CS_PLATFORM_CUT_INTERVAL_SECONDS")  # a lake run cuts at most this often (pipeline.keep_cutting)
+    lake_soft_timeout_seconds: float = settings.default("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS")  # how long a sensor-launched lake run keeps cutting
+    vacuum_margin_seconds: float = settings.default("CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS")  # VACUUM spares files removed this long before the oldest kept cut
+    report_interval_seconds: float = settings.default("CS_PLATFORM_REPORT_INTERVAL_SECONDS")  # a lake run's cuts are reported to Dagster at most this often (cs_platform.reporting)
 
     def stream_root(self, stream: str) -> str:
         return f"{self.root.rstrip('/')}/{validate_identifier(stream, 'change stream name')}"
@@ -208,9 +208,9 @@ class LakeResource(ConfigurableResource):
 class RetentionResource(ConfigurableResource):
     """How long cleanup keeps what a stream leaves behind (``cs_platform.defs.cleanup``)."""
 
-    metadata_retention_seconds: float = 86400.0
-    run_retention_seconds: float = 259200.0
-    landing_retention_seconds: float = 86400.0
+    metadata_retention_seconds: float = settings.default("CS_PLATFORM_METADATA_RETENTION_SECONDS")
+    run_retention_seconds: float = settings.default("CS_PLATFORM_RUN_RETENTION_SECONDS")
+    landing_retention_seconds: float = settings.default("CS_PLATFORM_LANDING_RETENTION_SECONDS")
 
     def validated(self) -> "RetentionResource":
         settings.check_numbers(self)

@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 class Cutter:
     def __init__(
-        self, lake: Lake, landing: LandingStore, store: PartitionMetadataStore, target: SpannerTarget, stream: str, interval_s: float = 3
+        self, lake: Lake, landing: LandingStore, store: PartitionMetadataStore, target: SpannerTarget, stream: str, interval_s: float
     ) -> None:
         self.lake, self.landing, self.store, self.target, self.stream = lake, landing, store, target, stream
         self.interval_s = interval_s

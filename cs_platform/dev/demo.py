@@ -88,7 +88,7 @@ def main() -> None:
         writer.start()
         landing = resources["landing"].store()
         lake = resources["lake"].lake(spark, STREAM)
-        cutter = Cutter(lake, landing, store, bank.target, STREAM).start()
+        cutter = Cutter(lake, landing, store, bank.target, STREAM, resources["lake"].cut_interval_seconds).start()
         with DagsterInstance.get() as instance, SensorLoop(build_definitions, instance, "bank_stream_partition_sensor", worker_log_level=level) as loop:
             progress = Progress(store, loop, workload, cutter)
             loop.run_until(progress.finished, timeout_s=args.seconds + 300)
