@@ -43,9 +43,9 @@ from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cs_platform import settings
-from cs_platform.changestream.errors import ChangeStreamError
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
+from cs_platform.errors import CsPlatformError
 from cs_platform.lake.published import ingested_landing, lake_location, latest_cut
 from cs_platform.landing.store import LandingStore
 
@@ -146,7 +146,7 @@ class StreamsCollector(Collector):
         for stream in self.streams:
             try:
                 figures = self.measure(stream)
-            except (ChangeStreamError, GoogleAPIError, OSError) as e:  # Spanner, the lake's or landing's storage
+            except (CsPlatformError, GoogleAPIError, OSError) as e:  # Spanner, the lake's or landing's storage
                 log.warning("stream %s: reading its state failed: %s", stream, e)
                 gauges["scrape_error"].add_metric([stream], 1)
                 continue

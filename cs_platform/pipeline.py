@@ -35,9 +35,9 @@ from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.catalog import watched_table_shapes, watched_tables_and_shapes
 from cs_platform.changestream.connection import SpannerTarget
-from cs_platform.changestream.errors import TerminalError
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
 from cs_platform.changestream.table_snapshot import check_retention, plan_snapshot
+from cs_platform.errors import TerminalError
 from cs_platform.lake.changelog import IngestResult
 from cs_platform.lake.cuts import CutResult, Lake
 from cs_platform.lake.published import ROOT_SETTING

@@ -17,10 +17,11 @@ from typing import Any, Callable, Mapping
 
 from dagster import DagsterInvalidDefinitionError, ScheduleDefinition
 
-from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
+from cs_platform.changestream.errors import MalformedRecordError
 from cs_platform.changestream.query import MAX_HEARTBEAT_MILLIS, MIN_HEARTBEAT_MILLIS
 from cs_platform.changestream.reader import DEFAULT_CHUNK_INTERVAL, DEFAULT_CHUNK_MODS
 from cs_platform.changestream.values import parse_timestamp
+from cs_platform.errors import InvalidArgumentError
 from cs_platform.lake.history_schema import HistoryPolicy
 
 log = logging.getLogger(__name__)

@@ -18,11 +18,11 @@ from google.cloud.spanner_v1.database import Database
 from cs_platform.changestream.errors import (
     CredentialsError,
     DatabaseNotFoundError,
-    InvalidArgumentError,
     SpannerUnreachableError,
 )
 from cs_platform.changestream.query import Dialect
 from cs_platform.changestream.tail import POLLING, STREAMING, LiveTail
+from cs_platform.errors import InvalidArgumentError
 
 # The client multiplexes transactions over one session per ``Database`` unless these say "false":
 # read-only snapshots, partitioned reads (batch snapshots) and read-write transactions respectively.

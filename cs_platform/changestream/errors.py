@@ -1,31 +1,15 @@
-"""Named errors of the reader core.
-
-Two families, as in delta/dlt: :class:`TransientError` (retrying the same call may succeed: the
-reader backs off and resumes from its last safe point) and :class:`TerminalError` (retrying cannot
-help: stop and tell the user what to fix). Every message names the offending thing and the fix.
+"""Named errors of the reader core, each in one of the project's two families
+(``cs_platform.errors``: transient, a retry from the last safe point may succeed; terminal, it
+cannot). Every message names the offending thing and the fix.
 """
 
 from __future__ import annotations
 
-
-class ChangeStreamError(Exception):
-    """Base of every error raised by :mod:`cs_platform.changestream`."""
-
-
-class TransientError(ChangeStreamError):
-    """Raised when Spanner failed in a way that a retry from the last safe point can fix."""
-
-
-class TerminalError(ChangeStreamError):
-    """Raised when retrying cannot help; the message says what to change."""
+from cs_platform.errors import TerminalError
 
 
 class InvalidIdentifierError(TerminalError, ValueError):
     """Raised when a name that ends up in SQL (stream, table) is not a plain Spanner identifier."""
-
-
-class InvalidArgumentError(TerminalError, ValueError):
-    """Raised when a query argument (heartbeat, timestamps) is outside what Spanner accepts."""
 
 
 class SettingsDriftError(TerminalError):

@@ -41,12 +41,12 @@ from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.errors import (
     FencedOffError,
-    InvalidArgumentError,
     PartitionNotFoundError,
     SettingsDriftError,
 )
 from cs_platform.changestream.query import RpcPriority, validate_heartbeat_millis, validate_identifier
 from cs_platform.changestream.records import ChildPartitionsRecord
+from cs_platform.errors import InvalidArgumentError
 
 log = logging.getLogger(__name__)
 

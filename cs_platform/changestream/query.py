@@ -14,7 +14,8 @@ from typing import Any
 
 from google.cloud.spanner_v1 import RequestOptions, param_types
 
-from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError
+from cs_platform.changestream.errors import InvalidIdentifierError
+from cs_platform.errors import InvalidArgumentError
 
 # Spanner identifiers: a letter, then letters, digits or underscores; at most 128 characters.
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,127}")

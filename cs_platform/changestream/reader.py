@@ -46,13 +46,10 @@ from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.errors import (
     DatabaseNotFoundError,
-    InvalidArgumentError,
     InvalidPartitionTokenError,
     PartitionEndedWithoutChildrenError,
     ResultTooLargeError,
     StartTimestampOutOfRangeError,
-    TerminalError,
-    TransientError,
     UnknownChangeStreamError,
 )
 from cs_platform.changestream.mapper import GoogleSqlRowMapper, PostgresRowMapper
@@ -75,6 +72,7 @@ from cs_platform.changestream.records import (
     PartitionStartRecord,
 )
 from cs_platform.changestream.tail import STREAMING, LiveTail
+from cs_platform.errors import InvalidArgumentError, TerminalError, TransientError
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,12 @@ from pydantic import PrivateAttr
 from cs_platform import settings
 from cs_platform.changestream.catalog import change_stream_retention, partition_mode, require_change_stream
 from cs_platform.changestream.connection import SpannerTarget, database_dialect
-from cs_platform.changestream.errors import InvalidArgumentError, MalformedRecordError
+from cs_platform.changestream.errors import MalformedRecordError
 from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_identifier
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.values import parse_timestamp
+from cs_platform.errors import InvalidArgumentError
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.landing.gcs import GcsAccess, storage_for
 from cs_platform.landing.source import SourceIdentity

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 from urllib.parse import urlsplit
 
-from cs_platform.changestream.errors import InvalidArgumentError
+from cs_platform.errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from pyarrow import fs as pafs

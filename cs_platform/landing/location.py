@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable
 
-from cs_platform.changestream.errors import InvalidArgumentError
+from cs_platform.errors import InvalidArgumentError
 from cs_platform.landing.gcs import GcsAccess
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from cs_platform.changestream.errors import TerminalError
+from cs_platform.errors import TerminalError
 from cs_platform.landing.location import Location
 
 MARKER = "_source.json"

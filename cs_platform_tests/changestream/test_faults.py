@@ -19,7 +19,7 @@ import pytest
 from grpc import StatusCode
 
 from cs_platform.changestream.connection import SpannerTarget
-from cs_platform.changestream.errors import DatabaseNotFoundError, ResultTooLargeError, TerminalError, TransientError
+from cs_platform.changestream.errors import DatabaseNotFoundError, ResultTooLargeError
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader, RetryPolicy
@@ -28,6 +28,7 @@ from cs_platform.changestream.tail import STREAMING
 from cs_platform.dev.deadline import load_per_core
 from cs_platform.dev.spanner_front import OUT_OF_MEMORY, Fault, SpannerFront
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl
+from cs_platform.errors import TerminalError, TransientError
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 
 pytestmark = pytest.mark.xdist_group("faults")  # one worker streams the module's workload once

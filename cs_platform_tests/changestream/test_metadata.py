@@ -9,7 +9,6 @@ from google.cloud import spanner
 
 from cs_platform.changestream.errors import (
     FencedOffError,
-    InvalidArgumentError,
     InvalidIdentifierError,
     PartitionNotFoundError,
     SettingsDriftError,
@@ -22,6 +21,7 @@ from cs_platform.changestream.metadata import (
     utc_now,
 )
 from cs_platform.changestream.records import ChildPartition, ChildPartitionsRecord
+from cs_platform.errors import InvalidArgumentError
 
 S = PartitionState
 

@@ -2,8 +2,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError, TerminalError
+from cs_platform.changestream.errors import InvalidIdentifierError
 from cs_platform.changestream.query import ChangeStreamQuery, Dialect, quote_table
+from cs_platform.errors import InvalidArgumentError, TerminalError
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -17,7 +17,6 @@ from cs_platform.changestream.errors import (
     InvalidPartitionTokenError,
     PartitionEndedWithoutChildrenError,
     StartTimestampOutOfRangeError,
-    TerminalError,
     UnknownChangeStreamError,
 )
 from cs_platform.changestream.metadata import ONE_MICROSECOND, PartitionMetadataStore, PartitionState, utc_now
@@ -25,6 +24,7 @@ from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority
 from cs_platform.changestream.reader import PartitionReader, RetryPolicy, _Progress
 from cs_platform.changestream.tail import POLLING, STREAMING
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
+from cs_platform.errors import TerminalError
 from cs_platform.landing.store import LandingStore, landed_name
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 from cs_platform_tests.landing.test_store import record

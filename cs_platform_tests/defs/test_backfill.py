@@ -5,11 +5,12 @@ partition is refused; settings errors name the setting."""
 import pytest
 from dagster import DagsterRun, DagsterRunStatus
 
-from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError
+from cs_platform.changestream.errors import InvalidIdentifierError
 from cs_platform.changestream.metadata import PartitionState
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.resources import ChangeStreamResource, SpannerResource
 from cs_platform.dev.oracle import landed
+from cs_platform.errors import InvalidArgumentError
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.defs.landing_oracle import reads
 from cs_platform_tests.defs.processes import JOB

@@ -10,9 +10,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from cs_platform.changestream.errors import InvalidArgumentError, InvalidIdentifierError
+from cs_platform.changestream.errors import InvalidIdentifierError
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
+from cs_platform.errors import InvalidArgumentError
 from cs_platform.landing.rows import IDENTITY, LANDING_COLUMNS
 from cs_platform.landing.store import LandedRange, LandingStore, landed_name, landed_range
 
