@@ -42,9 +42,9 @@ from cs_platform.lake.changelog import IngestResult
 from cs_platform.lake.cuts import CutResult, Lake
 from cs_platform.lake.published import ROOT_SETTING
 from cs_platform.lake.snapshot import SnapshotResult, load_snapshot
-from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
+from cs_platform.storage.location import Location
 from cs_platform.stream_state import StreamPosition, source_identity, stream_position
 
 # How often a lake run waiting for the watermark to move reads it (a cut still comes at most every

@@ -34,7 +34,7 @@ from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
 from cs_platform.dev.spanner_front import SpannerFront
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
-from cs_platform.landing.gcs import EMULATOR_SETTING, GcsAccess
+from cs_platform.storage.gcs import EMULATOR_SETTING, GcsAccess
 
 # PySpark hands TIMESTAMPs back as naive datetimes in the local time zone: the whole suite runs
 # west of UTC (and the cut tests east of it too, see ``local_time_zone``) so a UTC assumption fails.

@@ -57,7 +57,7 @@ from dagster import (
 from cs_platform.changestream.catalog import watched_table_names
 from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, watch_retention
-from cs_platform.changestream.snapshot import SourceSnapshot
+from cs_platform.changestream.source_reads import SourceSnapshot
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
 from cs_platform.defs.runs import drain_on_interrupt, end_canceled, marking_progress, seconds_since_progress
 from cs_platform.reporting import Cadence, liveness_beat_seconds

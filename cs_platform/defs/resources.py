@@ -24,10 +24,10 @@ from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.errors import InvalidArgumentError
 from cs_platform.lake.history_schema import HistoryPolicy
-from cs_platform.landing.gcs import GcsAccess, storage_for
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.settings import env_name
+from cs_platform.storage.gcs import GcsAccess, storage_for
 from cs_platform.stream_state import source_identity
 
 if TYPE_CHECKING:

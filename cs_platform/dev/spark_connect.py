@@ -20,7 +20,7 @@ from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import start_server, stop_process_group
 from cs_platform.dev.spark_cluster import spark_env
 from cs_platform.lake.spark import delta_spark_config, resolution_lock, warm_delta
-from cs_platform.landing.gcs import GcsAccess
+from cs_platform.storage.gcs import GcsAccess
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 

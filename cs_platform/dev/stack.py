@@ -39,7 +39,7 @@ from cs_platform.dev.process_group import await_listening, launch, stop_process_
 from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.spark_cluster import spark_cluster
 from cs_platform.dev.workload import BankWorkload, start_after
-from cs_platform.landing.gcs import EMULATOR_SETTING
+from cs_platform.storage.gcs import EMULATOR_SETTING
 
 log = logging.getLogger("cs_platform.stack")
 

@@ -1,2 +1,9 @@
-"""PySpark + Delta Lake: changelog from landing files, complete transactions under a cut, mirrors,
-and the consistency manifest. Imports neither Dagster nor the reader core."""
+"""PySpark + Delta Lake: the changelog from landing files, complete transactions under a cut, the
+mirrors, history tables and the manifest of consistent cuts; maintenance, and readers on other
+engines (``published``, ``delta_log``, ``engines``, ``cli`` need no Spark).
+
+Imports no Dagster. From the reader core it imports only what the snapshot at a stream's start
+needs (``snapshot``: ``changestream.catalog.WatchedTable``, ``changestream.connection.SpannerTarget``,
+``changestream.table_snapshot``); from landing its rows, store and source; files through
+``cs_platform.storage``.
+"""

@@ -20,7 +20,7 @@ from datetime import datetime
 
 from cs_platform.lake.engines import ENGINES, CutTables, MissingReaderError, history_statements, statements, table_protocols
 from cs_platform.lake.published import CutNotFoundError, PublishedCut, lake_location, manifest_log, published_cut, published_cuts
-from cs_platform.landing.location import Location
+from cs_platform.storage.location import Location
 
 
 def main(argv: list[str] | None = None) -> int:

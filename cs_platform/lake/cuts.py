@@ -55,8 +55,8 @@ from cs_platform.lake.published import (
 )
 from cs_platform.lake.quarantine import Quarantine, UntypedValue, untyped_values
 from cs_platform.lake.types import mapped
-from cs_platform.landing.location import Location
 from cs_platform.landing.source import SourceIdentity, bind
+from cs_platform.storage.location import Location
 
 POLICIES = ("fail", "quarantine")
 INCOMPLETE_SAMPLE = 5  # incomplete transactions named in the error

@@ -16,7 +16,7 @@ from typing import Any, Iterator, Self
 
 from pyarrow import fs as pafs
 
-from cs_platform.landing.location import Location
+from cs_platform.storage.location import Location
 
 _LOG = "_delta_log"
 _COMMIT = ".json"  # <20-digit version>.json: one commit; checkpoints and .crc files are ignored

@@ -21,7 +21,7 @@ from cs_platform.lake.delta_log import DeltaLog
 from cs_platform.lake.history_schema import VALID_FROM, VALID_TO
 from cs_platform.lake.identifiers import double_quoted, quoted, standard_string
 from cs_platform.lake.published import PublishedCut, history_log, manifest_log, mirror_log
-from cs_platform.landing.location import Location
+from cs_platform.storage.location import Location
 
 ENGINES = ("spark", "duckdb", "trino")
 # What every engine in docs/reading.md reads (Spark, DuckDB, deltalake, Trino, BigQuery, Athena,

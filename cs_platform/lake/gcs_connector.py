@@ -20,7 +20,7 @@ from pathlib import Path
 import pyspark
 
 from cs_platform.lake.ivy import IVY_HOME, ivy_lock
-from cs_platform.landing.gcs import GcsAccess
+from cs_platform.storage.gcs import GcsAccess
 
 log = logging.getLogger(__name__)
 

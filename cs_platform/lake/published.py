@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from cs_platform.lake.delta_log import DeltaLog
-from cs_platform.landing.location import Location
+from cs_platform.storage.location import Location
 
 ROOT_SETTING = "CS_PLATFORM_LAKE_ROOT"
 MARKS = "ingested_upto"  # a changelog commit's userMetadata key: {landing directory: last file name ingested}

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 from cs_platform.lake.gcs_connector import gcs_spark_config
 from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.ivy import ivy_lock, remember_resolved, resolved_jars
-from cs_platform.landing.gcs import GcsAccess
+from cs_platform.storage.gcs import GcsAccess
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from cs_platform.errors import TerminalError
-from cs_platform.landing.location import Location
+from cs_platform.storage.location import Location
 
 MARKER = "_source.json"
 

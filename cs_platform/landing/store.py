@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from cs_platform.changestream.metadata import ONE_MICROSECOND
 from cs_platform.changestream.query import validate_identifier
 from cs_platform.changestream.reader import PartitionBatch
-from cs_platform.landing.location import Location
 from cs_platform.landing.rows import LANDING_COLUMNS, write_rows
 from cs_platform.landing.source import SourceIdentity, bind, check_owner
+from cs_platform.storage.location import Location
 
 if TYPE_CHECKING:
     import pyarrow as pa

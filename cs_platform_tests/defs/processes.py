@@ -48,8 +48,8 @@ from cs_platform.definitions import build_definitions
 from cs_platform.defs import reading
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.landing.location import Location
 from cs_platform.landing.store import LandingStore
+from cs_platform.storage.location import Location
 
 SENSOR = "bank_stream_partition_sensor"
 JOB = "bank_stream_read_partition"

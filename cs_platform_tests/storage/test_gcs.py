@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 
 from cs_platform.lake.cuts import Lake
-from cs_platform.landing.gcs import CREDENTIALS_SETTING, EMULATOR_SETTING, StorageAccessError
-from cs_platform.landing.location import Location
 from cs_platform.landing.store import ROOT_SETTING, LandedRange, LandingStore, landed_range
+from cs_platform.storage.gcs import CREDENTIALS_SETTING, EMULATOR_SETTING, StorageAccessError
+from cs_platform.storage.location import Location
 from cs_platform_tests.landing.test_store import T0, batch, landed_two_reads, record
 
 

@@ -11,7 +11,7 @@ writes and reads single files, then never loads pyarrow (about 40 MB of its memo
 - object stores: the file is serialized in memory first, then sent as a single-object upload,
   which becomes visible only when complete (a failure while serializing sends nothing at all).
 
-``gs://`` roots are reached as ``cs_platform.landing.gcs`` says: an emulator endpoint, or Cloud
+``gs://`` roots are reached as ``cs_platform.storage.gcs`` says: an emulator endpoint, or Cloud
 Storage with credentials that are checked before the first object is touched.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Callable
 
 from cs_platform.errors import InvalidArgumentError
-from cs_platform.landing.gcs import GcsAccess
+from cs_platform.storage.gcs import GcsAccess
 
 if TYPE_CHECKING:
     from pyarrow import fs as pafs
