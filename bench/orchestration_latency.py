@@ -30,7 +30,7 @@ from dagster import DagsterInstance, RunsFilter
 
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.definitions import build_definitions
-from cs_platform.defs.change_stream import ChangeStreamNames
+from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, SpannerResource
 from cs_platform.dev.dagster_dev import start_dagster_dev
 from cs_platform.dev.embedded import INSTANCE, PROJECT, STREAM, embedded_bank

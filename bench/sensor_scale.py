@@ -37,7 +37,7 @@ from cs_platform.changestream.metadata import (
     utc_now,
 )
 from cs_platform.definitions import build_definitions
-from cs_platform.defs.change_stream import ChangeStreamNames
+from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.sensor_loop import evaluate_sensor

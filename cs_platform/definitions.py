@@ -16,7 +16,8 @@ from dagster import Definitions
 
 from cs_platform import settings
 from cs_platform.defs.alerts import alerts_sensor
-from cs_platform.defs.change_stream import ChangeStreamNames, change_stream_definitions
+from cs_platform.defs.change_stream import change_stream_definitions
+from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import configured_resources
 from cs_platform.lake.history_schema import HistoryPolicy
 
@@ -39,8 +40,8 @@ def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
         )
         for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")
     ]
-    slugs = {stream: ChangeStreamNames(stream).slug for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")}
-    return Definitions.merge(*per_stream, Definitions(resources=resources, sensors=[alerts_sensor(slugs)]))
+    streams = [ChangeStreamNames(stream) for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")]
+    return Definitions.merge(*per_stream, Definitions(resources=resources, sensors=[alerts_sensor(streams)]))
 
 
 defs = build_definitions()

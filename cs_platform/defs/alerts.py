@@ -35,6 +35,7 @@ from dagster import (
 )
 
 from cs_platform import settings
+from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.notify import Alert, Destinations, send
 
 READER_FAILURES_TO_ALERT = 3
@@ -42,11 +43,9 @@ SENSOR_NAME = "alerts"
 _PAGE = 500
 
 
-def _jobs(streams: dict[str, str]) -> dict[str, tuple[str, str]]:
-    """Per job name, the stream it serves and whether it reads (``reader``) or cuts (``lake``);
-    ``streams``: stream name to its slug."""
-    jobs = {f"{slug}_read_partition": (stream, "reader") for stream, slug in streams.items()}
-    return jobs | {f"{slug}_lake": (stream, "lake") for stream, slug in streams.items()}
+def _jobs(streams: list[ChangeStreamNames]) -> dict[str, tuple[str, str]]:
+    """Per job name, the stream it serves and whether it reads (``reader``) or cuts (``lake``)."""
+    return {n.job: (n.stream, "reader") for n in streams} | {n.lake_job: (n.stream, "lake") for n in streams}
 
 
 class AlertState:
@@ -66,9 +65,10 @@ class AlertState:
         return json.dumps(self.__dict__, sort_keys=True)
 
 
-def alerts_sensor(streams: dict[str, str], minimum_interval_seconds: int = 30):
-    """The sensor over the streams (name to slug) of these definitions."""
+def alerts_sensor(streams: list[ChangeStreamNames], minimum_interval_seconds: int = 30):
+    """The sensor over the streams of these definitions."""
     jobs = _jobs(streams)
+    by_slug = {n.slug: n.stream for n in streams}  # an asset's first key part: its stream
 
     @sensor(
         name=SENSOR_NAME,
@@ -83,7 +83,7 @@ def alerts_sensor(streams: dict[str, str], minimum_interval_seconds: int = 30):
         destinations = Destinations.from_environ(environ)
         ui = settings.value(environ, "CS_PLATFORM_DAGSTER_URL").rstrip("/")
         state = AlertState(context.cursor)
-        found = _run_alerts(context, jobs, state, ui) + _check_alerts(context, state, ui, streams) + _freshness_alerts(context, state, ui, streams)
+        found = _run_alerts(context, jobs, state, ui) + _check_alerts(context, state, ui, by_slug) + _freshness_alerts(context, state, ui, by_slug)
         if not destinations.configured:
             if not state.said_unconfigured:
                 context.log.info("no alert destination is configured (CS_PLATFORM_ALERT_SLACK_WEBHOOK, CS_PLATFORM_ALERT_WEBHOOK, CS_PLATFORM_ALERT_EMAIL_TO): alerts are not sent")
@@ -159,13 +159,12 @@ def _run_alerts(context: SensorEvaluationContext, jobs: dict[str, tuple[str, str
     return alerts
 
 
-def _asset_keys(context: SensorEvaluationContext, streams: dict[str, str]) -> list[AssetKey]:
-    return [key for key in context.repository_def.asset_graph.get_all_asset_keys() if key.path[0] in streams.values()]
+def _asset_keys(context: SensorEvaluationContext, by_slug: dict[str, str]) -> list[AssetKey]:
+    return [key for key in context.repository_def.asset_graph.get_all_asset_keys() if key.path[0] in by_slug]
 
 
-def _check_alerts(context: SensorEvaluationContext, state: AlertState, ui: str, streams: dict[str, str]) -> list[Alert]:
+def _check_alerts(context: SensorEvaluationContext, state: AlertState, ui: str, by_slug: dict[str, str]) -> list[Alert]:
     """Checks whose latest evaluation failed where the one before did not."""
-    by_slug = {slug: stream for stream, slug in streams.items()}
     keys: list[AssetCheckKey] = [k for k in context.repository_def.asset_graph.asset_check_keys if k.asset_key.path[0] in by_slug]
     latest = context.instance.event_log_storage.get_latest_asset_check_execution_by_key(keys)
     failing, alerts = [], []
@@ -186,10 +185,9 @@ def _check_alerts(context: SensorEvaluationContext, state: AlertState, ui: str, 
     return alerts
 
 
-def _freshness_alerts(context: SensorEvaluationContext, state: AlertState, ui: str, streams: dict[str, str]) -> list[Alert]:
+def _freshness_alerts(context: SensorEvaluationContext, state: AlertState, ui: str, by_slug: dict[str, str]) -> list[Alert]:
     """Assets whose freshness state became FAIL."""
-    by_slug = {slug: stream for stream, slug in streams.items()}
-    records = context.instance.get_freshness_state_records(_asset_keys(context, streams))
+    records = context.instance.get_freshness_state_records(_asset_keys(context, by_slug))
     stale = sorted(key.to_user_string() for key, r in records.items() if r.freshness_state.value == "FAIL")
     alerts = [
         Alert(

@@ -5,11 +5,9 @@ partitions (one key per partition token), asset, job, sensor and resource key.
 """
 
 import time
-from dataclasses import dataclass
 
 from dagster import (
     AssetExecutionContext,
-    AssetKey,
     DefaultSensorStatus,
     Definitions,
     DynamicPartitionsDefinition,
@@ -29,45 +27,15 @@ from cs_platform.defs.cleanup import cleanup_definitions
 from cs_platform.defs.lake_assets import lake_definitions
 from cs_platform.defs.lake_maintenance import lake_maintenance_definitions
 from cs_platform.defs.launches import LaunchPlanner, SensorCursor
-from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions, rebuild_key
+from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions
+from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.reading import read_and_land
-from cs_platform.defs.resources import ChangeStreamResource, LandingResource, change_stream_resource_key, stream_slug
+from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import ask_to_yield, live_runs_by_partition, queued_runs_allowed, seconds_since_progress
 from cs_platform.settings import env_name
 
 STREAM_TAG = "cs_platform/stream"
 READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
-
-
-@dataclass(frozen=True)
-class ChangeStreamNames:
-    """Every Dagster name derived from one stream name."""
-
-    stream: str
-
-    @property
-    def slug(self) -> str:
-        return stream_slug(self.stream)
-
-    @property
-    def resource_key(self) -> str:
-        return change_stream_resource_key(self.stream)
-
-    @property
-    def partitions(self) -> str:
-        return f"{self.slug}_partitions"
-
-    @property
-    def asset_key(self) -> AssetKey:
-        return AssetKey([self.slug, "landed_changes"])
-
-    @property
-    def job(self) -> str:
-        return f"{self.slug}_read_partition"
-
-    @property
-    def sensor(self) -> str:
-        return f"{self.slug}_partition_sensor"
 
 
 def change_stream_definitions(
@@ -130,23 +98,15 @@ def change_stream_definitions(
         change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
         return detect_partitions(context, names, partitions, change_stream, context.resources.landing)
 
-    tables = DynamicPartitionsDefinition(name=f"{names.slug}_tables")
-    lake_step, lake_job, lake_sensor = lake_definitions(
-        names.slug, stream, names.asset_key, rebuild_key(names.slug), tables, names.resource_key, max_lag_seconds, lake_interval_seconds, bounded,
-        history,
-    )
-    rebuild, rebuild_job = mirror_rebuild_definitions(names.slug, stream, tables, names.resource_key)
-    maintenance, maintenance_job, maintenance_schedule = lake_maintenance_definitions(
-        names.slug, stream, AssetKey([names.slug, "mirrors"]), maintenance_cron
-    )
-    cleanup, cleanup_job, cleanup_schedule = cleanup_definitions(
-        names.slug, stream, names.resource_key, names.partitions, (names.job, lake_job.name), cleanup_cron
-    )
-    return Definitions(
-        assets=[landed_changes, lake_step, maintenance, rebuild, cleanup],
-        jobs=[job, lake_job, maintenance_job, rebuild_job, cleanup_job],
-        sensors=[partition_sensor, lake_sensor],
-        schedules=[maintenance_schedule, cleanup_schedule],
+    tables = DynamicPartitionsDefinition(name=names.tables)
+    return Definitions.merge(
+        Definitions(assets=[landed_changes], jobs=[job], sensors=[partition_sensor]),
+        lake_definitions(
+            names, tables=tables, max_lag_seconds=max_lag_seconds, interval_seconds=lake_interval_seconds, bounded=bounded, history=history
+        ),
+        mirror_rebuild_definitions(names, tables),
+        lake_maintenance_definitions(names, maintenance_cron),
+        cleanup_definitions(names, cleanup_cron),
     )
 
 

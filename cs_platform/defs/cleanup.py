@@ -25,12 +25,14 @@ from dagster import (
     AssetKey,
     DagsterInstance,
     DagsterRunStatus,
+    Definitions,
     MaterializeResult,
     RunsFilter,
     asset,
 )
 
 from cs_platform.changestream.metadata import PartitionMetadataStore
+from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource, LandingResource, RetentionResource
 from cs_platform.defs.schedules import scheduled_job
 from cs_platform.landing.store import RemovedLanding
@@ -100,9 +102,10 @@ def clean_up(
     return CleanupResult(len(removed), keys_removed, runs_removed, runs_left, files)
 
 
-def cleanup_definitions(slug: str, stream: str, resource_key: str, partitions_def: str, jobs: tuple[str, ...], cron: str) -> tuple:
+def cleanup_definitions(names: ChangeStreamNames, cron: str) -> Definitions:
     """The cleanup asset of one stream, its job and its schedule."""
-    key = AssetKey([slug, "cleanup"])
+    slug, stream, resource_key, partitions_def = names.slug, names.stream, names.resource_key, names.partitions
+    jobs, key = (names.job, names.lake_job), AssetKey([slug, "cleanup"])
 
     @asset(
         key=key,
@@ -130,7 +133,7 @@ def cleanup_definitions(slug: str, stream: str, resource_key: str, partitions_de
 
     what = f"One cleanup pass over stream {stream}: finished partitions, their keys, old runs, ingested landing files"
     job, schedule = scheduled_job(f"{slug}_cleanup", key, cron, "CS_PLATFORM_CLEANUP_CRON", what)
-    return stream_cleanup, job, schedule
+    return Definitions(assets=[stream_cleanup], jobs=[job], schedules=[schedule])
 
 
 def cleanup_metadata(result: CleanupResult) -> dict:

@@ -38,6 +38,7 @@ from dagster import (
     AssetSpec,
     DagsterRunStatus,
     DefaultSensorStatus,
+    Definitions,
     DynamicPartitionsDefinition,
     Failure,
     FreshnessPolicy,
@@ -58,6 +59,7 @@ from cs_platform.changestream.catalog import watched_table_names
 from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, watch_retention
 from cs_platform.changestream.source_reads import SourceSnapshot
+from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
 from cs_platform.defs.runs import drain_on_interrupt, end_canceled, marking_progress, seconds_since_progress
 from cs_platform.reporting import Cadence, liveness_beat_seconds
@@ -115,17 +117,14 @@ HISTORY_CHECK_TEXT = (
 
 
 def lake_definitions(
-    slug: str,
-    stream: str,
-    landed_changes: AssetKey,
-    rebuilds: AssetKey,
+    names: ChangeStreamNames,
+    *,
     tables: DynamicPartitionsDefinition,
-    resource_key: str,
     max_lag_seconds: float,
     interval_seconds: int,
-    bounded: bool = False,
-    history: bool = False,
-) -> tuple:
+    bounded: bool,
+    history: bool,
+) -> Definitions:
     """The lake step (changelog + mirrors), its job and its sensor (which also keeps ``tables``,
     the rebuilds' partitions, equal to the tables the stream watches).
 
@@ -135,10 +134,11 @@ def lake_definitions(
     lateness is the ``watermark_lag`` check's, which tells a live stream from a finished one.
     With ``history`` (CS_PLATFORM_HISTORY_TABLES names tables), the step also materializes the
     history tables, which the same cut writes."""
+    slug, stream, landed_changes, rebuilds, resource_key = names.slug, names.stream, names.asset_key, names.rebuilds, names.resource_key
     history_key = AssetKey([slug, "history"]) if history else None
     assets = LakeAssets(stream, AssetKey([slug, "changelog"]), AssetKey([slug, "mirrors"]), rebuilds, history_key)
     changelog_key, mirrors_key = assets.changelog, assets.mirrors
-    spec = partial(AssetSpec, group_name=f"{slug}_lake", kinds={"spark", "delta"})
+    spec = partial(AssetSpec, group_name=names.lake_group, kinds={"spark", "delta"})
     history_specs = [
         spec(
             history_key,
@@ -188,9 +188,9 @@ def lake_definitions(
         from cs_platform.pipeline import keep_cutting
 
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
-        settings: LakeResource = context.resources.lake
-        lake = settings.lake(context.resources.pyspark.spark_session, stream)
-        seconds = settings.lake_soft_timeout_seconds if context.run.tags.get(KEEP_CUTTING_TAG) else 0.0
+        lake_settings: LakeResource = context.resources.lake
+        lake = lake_settings.lake(context.resources.pyspark.spark_session, stream)
+        seconds = lake_settings.lake_soft_timeout_seconds if context.run.tags.get(KEEP_CUTTING_TAG) else 0.0
         store, target = change_stream.metadata_store(), change_stream.spanner.target()
         taken, stop = 0, threading.Event()  # set by SIGTERM or Dagster's termination: the run ends after its cut
 
@@ -211,7 +211,7 @@ def lake_definitions(
         # (cs_platform.reporting). The checks' evaluations are recorded on the run's first report,
         # when an outcome changed, and on its last cut. Every cut is checked all the same, and the
         # blocking check stops the run on the cut that fails it.
-        cadence, covered, recorded = Cadence(settings.report_interval_seconds), [], None
+        cadence, covered, recorded = Cadence(lake_settings.report_interval_seconds), [], None
 
         def record(report: list, checks: bool) -> None:
             """Log a report's materializations, and its check evaluations if ``checks``."""
@@ -224,16 +224,16 @@ def lake_definitions(
             """The cuts published since the last report, before the cut that failed (it raised in
             ``keep_cutting``: none of it is in ``covered``)."""
             if covered:
-                record(assets.report(covered, lake, store, change_stream, settings.max_lag_seconds, last=False), checks=False)
+                record(assets.report(covered, lake, store, change_stream, lake_settings.max_lag_seconds, last=False), checks=False)
 
         try:
             with drain_on_interrupt(stop), marking_progress(context.instance, context.run_id, beat):
                 cuts = keep_cutting(
-                    lake, context.resources.landing.store(), store, target, stream, seconds, settings.cut_interval_seconds, stop, still_ours
+                    lake, context.resources.landing.store(), store, target, stream, seconds, lake_settings.cut_interval_seconds, stop, still_ours
                 )
                 for taken, cut in enumerate(cuts, start=1):
                     covered.append(cut.advance)
-                    report = assets.report(covered, lake, store, change_stream, settings.max_lag_seconds, cut.last)
+                    report = assets.report(covered, lake, store, change_stream, lake_settings.max_lag_seconds, cut.last)
                     outcomes = check_outcomes(report)
                     if cut.last:  # the step's outputs: the run ends on this cut
                         context.log.info(describe(covered, taken))
@@ -262,7 +262,7 @@ def lake_definitions(
             raise Failure(description=f"stream {stream} has no partitions yet: turn on its partition sensor first")
 
     job = define_asset_job(
-        f"{slug}_lake",
+        names.lake_job,
         selection=[changelog_key, mirrors_key, *([history_key] if history else [])],
         executor_def=in_process_executor,  # one step: a step subprocess would only add its start-up
         tags={LAKE_TAG: stream},
@@ -296,7 +296,7 @@ def lake_definitions(
             return SensorResult(skip_reason=decision, dynamic_partitions_requests=added)
         return SensorResult(run_requests=[decision], cursor=cut.isoformat(), dynamic_partitions_requests=added)
 
-    return lake_step, job, lake_sensor
+    return Definitions(assets=[lake_step], jobs=[job], sensors=[lake_sensor])
 
 
 def plan_lake_run(

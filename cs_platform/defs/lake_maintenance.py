@@ -10,12 +10,14 @@ from typing import TYPE_CHECKING
 from dagster import (
     AssetExecutionContext,
     AssetKey,
+    Definitions,
     MaterializeResult,
     MetadataValue,
     asset,
 )
 
 from cs_platform.defs.lake_assets import LAKE_TAG
+from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import LakeResource
 from cs_platform.defs.schedules import scheduled_job
 
@@ -23,14 +25,15 @@ if TYPE_CHECKING:
     from cs_platform.lake.maintenance import MaintenanceResult
 
 
-def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, cron: str) -> tuple:
+def lake_maintenance_definitions(names: ChangeStreamNames, cron: str) -> Definitions:
     """The maintenance asset of one stream's lake, its job and its schedule."""
+    slug, stream, mirrors_key = names.slug, names.stream, AssetKey([names.slug, "mirrors"])
     key = AssetKey([slug, "lake_maintenance"])
 
     @asset(
         key=key,
         deps=[mirrors_key],
-        group_name=f"{slug}_lake",
+        group_name=names.lake_group,
         kinds={"spark", "delta"},
         required_resource_keys={"pyspark", "lake"},
         description=(
@@ -42,9 +45,9 @@ def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, 
     def lake_maintenance(context: AssetExecutionContext) -> MaterializeResult:
         from cs_platform.lake.maintenance import maintain
 
-        settings: LakeResource = context.resources.lake
-        lake = settings.lake(context.resources.pyspark.spark_session, stream)
-        result = maintain(lake, settings.kept_cuts_seconds, settings.vacuum_margin_seconds)
+        lake_settings: LakeResource = context.resources.lake
+        lake = lake_settings.lake(context.resources.pyspark.spark_session, stream)
+        result = maintain(lake, lake_settings.kept_cuts_seconds, lake_settings.vacuum_margin_seconds)
         context.log.info(
             f"kept {result.kept_cuts} cuts (dropped {result.cuts_dropped}); files {result.files_before} -> {result.files_after}"
         )
@@ -52,7 +55,7 @@ def lake_maintenance_definitions(slug: str, stream: str, mirrors_key: AssetKey, 
 
     what = f"One maintenance pass over the lake of {stream} (compaction, purge, VACUUM)"
     job, schedule = scheduled_job(f"{slug}_lake_maintenance", key, cron, "CS_PLATFORM_LAKE_MAINTENANCE_CRON", what, {LAKE_TAG: stream})
-    return lake_maintenance, job, schedule
+    return Definitions(assets=[lake_maintenance], jobs=[job], schedules=[schedule])
 
 
 def maintenance_metadata(result: "MaintenanceResult") -> dict:

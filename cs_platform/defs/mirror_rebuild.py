@@ -11,7 +11,7 @@ concurrency tag: a rebuild never runs beside a cut.
 
 from dagster import (
     AssetExecutionContext,
-    AssetKey,
+    Definitions,
     DynamicPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
@@ -21,17 +21,19 @@ from dagster import (
 )
 
 from cs_platform.defs.lake_assets import LAKE_TAG
+from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
 
 
-def mirror_rebuild_definitions(slug: str, stream: str, tables: DynamicPartitionsDefinition, resource_key: str) -> tuple:
-    """The rebuild asset of one stream's mirrors and its job."""
-    key = rebuild_key(slug)
+def mirror_rebuild_definitions(names: ChangeStreamNames, tables: DynamicPartitionsDefinition) -> Definitions:
+    """The rebuild asset of one stream's mirrors (partitioned by ``tables``) and its job."""
+    slug, stream, resource_key = names.slug, names.stream, names.resource_key
+    key = names.rebuilds
 
     @asset(
         key=key,
         partitions_def=tables,
-        group_name=f"{slug}_lake",
+        group_name=names.lake_group,
         kinds={"spanner", "spark", "delta"},
         required_resource_keys={"pyspark", "lake", resource_key},
         description=(
@@ -45,8 +47,8 @@ def mirror_rebuild_definitions(slug: str, stream: str, tables: DynamicPartitions
         from cs_platform.pipeline import rebuild_mirrors  # the lake's modules load PySpark: only in this step
 
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
-        settings: LakeResource = context.resources.lake
-        lake = settings.lake(context.resources.pyspark.spark_session, stream)
+        lake_settings: LakeResource = context.resources.lake
+        lake = lake_settings.lake(context.resources.pyspark.spark_session, stream)
         result = rebuild_mirrors(lake, change_stream.spanner.target(), stream, [context.partition_key])
         context.log.info(f"rebuilt {context.partition_key} at cut {result.cut.isoformat()}: {result.rows[context.partition_key]} rows")
         return MaterializeResult(
@@ -67,8 +69,4 @@ def mirror_rebuild_definitions(slug: str, stream: str, tables: DynamicPartitions
         tags={LAKE_TAG: stream},
         description=f"Rebuild one mirror of {stream} from its table at the latest cut.",
     )
-    return mirror_rebuild, job
-
-
-def rebuild_key(slug: str) -> AssetKey:
-    return AssetKey([slug, "mirror_rebuild"])
+    return Definitions(assets=[mirror_rebuild], jobs=[job])
