@@ -26,7 +26,7 @@ NEEDS := $(PY) -m cs_platform.dev.prerequisites
 # emulator's churn, a sensor tick, a run presumed dead), which a third worker fills. Fresh clones
 # on 2026-11-27, same machine and code: two workers 22:09 of pytest (2,467 CPU-s of the machine),
 # three 19:06 (2,281); and three with three busy-looping processes beside them (load average
-# 11-19, 32:02 of pytest) passed all 291 tests too (docs/tests.md, "Workers").
+# 11-19, 32:02 of pytest) passed all 291 tests too (docs/tests.md, "Running them").
 TEST_WORKERS ?= 3
 # ruff first: a lint failure (pyproject.toml, [tool.ruff]) fails in a second or two, not after the suite.
 test: setup

@@ -5,10 +5,11 @@ import logging
 from pathlib import Path
 
 import pytest
-from dagster import Definitions
+from dagster import AssetKey, Definitions
 
 from cs_platform import settings
 from cs_platform.definitions import build_definitions
+from cs_platform.defs.lake_assets import BLOCKING_CHECK, CHECKS
 
 BASE = {"CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i", "CS_PLATFORM_SPANNER_DATABASE": "d"}
 
@@ -89,9 +90,35 @@ def test_a_typo_is_warned_about_with_the_closest_known_name(caplog):
 
 
 def test_the_definitions_load_as_a_code_location_would():
-    defs = build_definitions(BASE)
-    Definitions.validate_loadable(defs)  # what dagster dev does: names must not collide
-    assert {s.name for s in defs.sensors} == {"bank_stream_partition_sensor", "bank_stream_lake_sensor", "alerts"}
+    """Each stream gets its whole set of definitions, named after it, configured by the settings;
+    and two streams load side by side (what dagster dev does: names must not collide)."""
+    defs = build_definitions({**BASE, "CS_PLATFORM_CHANGE_STREAMS": "BankStream,Orders", "CS_PLATFORM_LAKE_INTERVAL_SECONDS": "20"})
+    Definitions.validate_loadable(defs)
+    per_stream = {
+        "sensors": {"{}_partition_sensor", "{}_lake_sensor"},
+        "jobs": {"{}_read_partition", "{}_lake", "{}_lake_maintenance", "{}_mirror_rebuild", "{}_cleanup"},
+        "schedules": {"{}_lake_maintenance_schedule", "{}_cleanup_schedule"},
+        "assets": {"{}/landed_changes", "{}/changelog", "{}/mirrors", "{}/lake_maintenance", "{}/mirror_rebuild", "{}/cleanup"},
+    }
+    found = {
+        "sensors": {x.name for x in defs.sensors},
+        "jobs": {x.name for x in defs.jobs},
+        "schedules": {x.name for x in defs.schedules},
+        "assets": {key.to_user_string() for a in defs.assets for key in a.keys},
+    }
+    for kind, names in per_stream.items():
+        expected = {name.format(slug) for name in names for slug in ("bank_stream", "orders")}
+        assert expected <= found[kind], f"{kind} missing: {sorted(expected - found[kind])}"
+    assert found["sensors"] == {name.format(slug) for name in per_stream["sensors"] for slug in ("bank_stream", "orders")} | {"alerts"}
+    # The checks on each stream's mirrors, the blocking one blocking; the settings reach the sensors.
+    checks = {(key.asset_key.to_user_string(), key.name) for a in defs.assets for key in a.check_keys}
+    for slug in ("bank_stream", "orders"):
+        assert {(f"{slug}/mirrors", name) for name in CHECKS} <= checks
+        assert defs.get_sensor_def(f"{slug}_lake_sensor").minimum_interval_seconds == 20
+        assert defs.get_sensor_def(f"{slug}_partition_sensor").minimum_interval_seconds == settings.default("CS_PLATFORM_SENSOR_INTERVAL_SECONDS")
+    [cut] = [a for a in defs.assets if AssetKey(["orders", "mirrors"]) in a.keys]
+    blocking = [spec.name for spec in cut.check_specs if spec.blocking]
+    assert blocking == [BLOCKING_CHECK]
 
 
 def test_the_settings_page_lists_every_setting_with_what_it_takes():
