@@ -24,7 +24,6 @@ from dagster import (
     AssetExecutionContext,
     AssetKey,
     DagsterInstance,
-    DagsterRunStatus,
     Definitions,
     MaterializeResult,
     RunsFilter,
@@ -34,10 +33,10 @@ from dagster import (
 from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource, LandingResource, RetentionResource
+from cs_platform.defs.runs import ENDED_RUN_STATUSES
 from cs_platform.defs.schedules import scheduled_job
 from cs_platform.landing.store import RemovedLanding
 
-ENDED = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 RUNS_PER_PASS = 20_000  # a pass deletes at most this many runs; the next pass goes on
 
 
@@ -61,7 +60,7 @@ def remove_orphan_keys(instance: DagsterInstance, partitions_def: str, store: Pa
 
 def remove_ended_runs(instance: DagsterInstance, job_name: str, ended_before: datetime) -> tuple[int, int]:
     """Delete runs of ``job_name`` that ended before ``ended_before``; returns (removed, left)."""
-    old = RunsFilter(job_name=job_name, statuses=ENDED, updated_before=ended_before)
+    old = RunsFilter(job_name=job_name, statuses=ENDED_RUN_STATUSES, updated_before=ended_before)
     records = instance.get_run_records(old, limit=RUNS_PER_PASS, ascending=True)
     for record in records:
         instance.delete_run(record.dagster_run.run_id)

@@ -61,7 +61,14 @@ from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, w
 from cs_platform.changestream.source_reads import SourceSnapshot
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
-from cs_platform.defs.runs import drain_on_interrupt, end_canceled, marking_progress, seconds_since_progress
+from cs_platform.defs.runs import (
+    LIVE_RUN_STATUSES,
+    drain_on_interrupt,
+    end_canceled,
+    marking_progress,
+    seconds_since_progress,
+    stop_if_presumed_dead,
+)
 from cs_platform.reporting import Cadence, liveness_beat_seconds
 from cs_platform.stream_state import StreamPosition, stream_cut
 
@@ -196,14 +203,7 @@ def lake_definitions(
 
         def still_ours() -> None:
             """Before each cut: a run the lake sensor presumed dead (it was stopped or stalled) stops."""
-            run = context.instance.get_run_by_id(context.run_id)
-            if run is not None and run.status is DagsterRunStatus.FAILURE:
-                raise Failure(
-                    description=f"lake run {context.run_id} was presumed dead by the lake sensor but is alive: stopping before "
-                    "its next cut so that only its successor cuts. Raise CS_PLATFORM_STALE_RUN_SECONDS if live runs are "
-                    "presumed dead on this machine.",
-                    allow_retries=False,
-                )
+            stop_if_presumed_dead(context.instance, context.run_id, "is alive: stopping before its next cut so that only its successor cuts")
 
         beat = liveness_beat_seconds(change_stream.stale_run_seconds)
         # Cuts are recorded once per report interval, each report covering the cuts since the last;
@@ -308,12 +308,7 @@ def plan_lake_run(
     without a word (SIGKILL, a lost machine) would stay STARTED and stop the lake for good."""
     if cut is None:
         return SkipReason(f"stream {stream} has no partitions yet")
-    in_flight = context.instance.get_run_records(
-        RunsFilter(job_name=job_name, tags={LAKE_TAG: stream}, statuses=[
-            DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED,
-        ]),
-        limit=1,
-    )
+    in_flight = context.instance.get_run_records(RunsFilter(job_name=job_name, tags={LAKE_TAG: stream}, statuses=LIVE_RUN_STATUSES), limit=1)
     tags = {LAKE_TAG: stream, KEEP_CUTTING_TAG: "true"}
     if in_flight:
         record = in_flight[0]

@@ -33,7 +33,6 @@ from dagster import (
     AssetExecutionContext,
     AssetObservation,
     DagsterRun,
-    DagsterRunStatus,
     Failure,
     MaterializeResult,
     MetadataValue,
@@ -43,7 +42,15 @@ from cs_platform.changestream.errors import FencedOffError
 from cs_platform.changestream.metadata import PartitionMetadata, PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
-from cs_platform.defs.runs import CANCELLED, YIELD_TAG, drain_on_interrupt, end_canceled, live_runs_by_partition, mark_progress
+from cs_platform.defs.runs import (
+    CANCELLED,
+    YIELD_TAG,
+    drain_on_interrupt,
+    end_canceled,
+    live_runs_by_partition,
+    mark_progress,
+    stop_if_presumed_dead,
+)
 from cs_platform.landing.store import LandedFile
 from cs_platform.reporting import Cadence, liveness_beat_seconds
 
@@ -78,7 +85,11 @@ def read_and_land(
     started = time.monotonic()
     with drain_on_interrupt(drain), closing(chunks):  # ending early closes the read's stream
         for chunk in chunks:  # each one durable, then its watermark persisted, before the next is read
-            run = _stop_if_given_up(context, key)
+            run = stop_if_presumed_dead(  # one run-storage lookup per chunk, against a chunk's Spanner read and file write
+                context.instance, context.run_id, f"was still reading partition {key}: stopping before its next landing so that "
+                "only the re-launched run reads it (what this run landed stays landed; a run paused after this check can land once "
+                "more, and fencing refuses its watermark)",
+            )
             if run is not None and run.status in CANCELLED:
                 drain.set()  # terminated where no signal reached the step: drain all the same
             landed = landing.write(change_stream.stream_name, key, chunk)
@@ -213,31 +224,6 @@ def _refuse_concurrent_read(context: AssetExecutionContext, job_name: str, key: 
             ),
             allow_retries=False,
         )
-
-
-def _stop_if_given_up(context: AssetExecutionContext, key: str) -> DagsterRun | None:
-    """Stop before landing if this run was marked failed while it read; else return the run as the
-    storage has it now (its tags say whether it was asked to yield its slot, its status whether it
-    was cancelled: then it drains).
-
-    The sensor marks a run FAILURE and re-launches its partition once the run has not landed for
-    stale_run_seconds. If the run was alive after all (a stalled machine, a paused VM), reading on
-    would race its re-launch and land the same records twice. A run paused right after this check
-    can still land once more; fencing refuses its watermark (``_persist``). One run-storage lookup
-    per chunk, against a chunk's Spanner read and file write.
-    """
-    run = context.instance.get_run_by_id(context.run_id)
-    if run is not None and run.status is DagsterRunStatus.FAILURE:
-        raise Failure(
-            description=(
-                f"run {context.run_id} is {run.status.value} (presumed dead by the sensor after stale_run_seconds without a landing) "
-                f"but was still reading partition {key}: stopping before its next landing so that "
-                "only the re-launched run reads it. What this run landed stays landed; raise "
-                "CS_PLATFORM_STALE_RUN_SECONDS if live runs are presumed dead on this machine."
-            ),
-            allow_retries=False,
-        )
-    return run
 
 
 def _persist(context: AssetExecutionContext, store: PartitionMetadataStore, partition: PartitionMetadata, chunk: PartitionBatch) -> None:

@@ -14,7 +14,16 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Iterator
 
-from dagster import AssetKey, DagsterExecutionInterruptedError, DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
+from dagster import (
+    AssetKey,
+    DagsterExecutionInterruptedError,
+    DagsterInstance,
+    DagsterRun,
+    DagsterRunStatus,
+    Failure,
+    RunRecord,
+    RunsFilter,
+)
 from sqlalchemy.exc import DBAPIError
 
 log = logging.getLogger(__name__)
@@ -27,6 +36,7 @@ LIVE_RUN_STATUSES = [
     DagsterRunStatus.CANCELING,
 ]
 CANCELLED = (DagsterRunStatus.CANCELING, DagsterRunStatus.CANCELED)  # a run asked to end: it drains
+ENDED_RUN_STATUSES = [DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]
 PARTITION_TAG = "dagster/partition"
 # Set by the sensor on live reader runs when partitions wait for a slot: the run lands, persists its
 # watermark and ends at its next landing once it has read for yield_after_seconds.
@@ -141,3 +151,22 @@ def marking_progress(instance: DagsterInstance, run_id: str, every_s: float) -> 
     finally:
         done.set()
         thread.join()
+
+
+def stop_if_presumed_dead(instance: DagsterInstance, run_id: str, stopping: str) -> DagsterRun | None:
+    """Raise if this run was marked failed while it worked, else return it as the storage has it
+    now (its tags and status: asked to yield, cancelled). Called before a run's next durable step.
+
+    A sensor marks a run FAILURE once it has not shown it is alive for stale_run_seconds, and
+    launches another. If it was alive after all (a stalled machine, a paused VM), going on would
+    race its successor; ``stopping`` says what it stops before, and what it keeps."""
+    run = instance.get_run_by_id(run_id)
+    if run is not None and run.status is DagsterRunStatus.FAILURE:
+        raise Failure(
+            description=(
+                f"run {run_id} is {run.status.value}: presumed dead by its sensor after CS_PLATFORM_STALE_RUN_SECONDS without a "
+                f"sign of life, but {stopping}. Raise CS_PLATFORM_STALE_RUN_SECONDS if live runs are presumed dead on this machine."
+            ),
+            allow_retries=False,
+        )
+    return run

@@ -81,7 +81,7 @@ def _run_until_killed() -> None:
 
 
 def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
-    land, persist, check = LandingStore.write, PartitionMetadataStore.record_progress, reading._stop_if_given_up
+    land, persist, check = LandingStore.write, PartitionMetadataStore.record_progress, reading.stop_if_presumed_dead
     last: dict = {}
 
     def stop_dead(landed, **more) -> None:
@@ -120,17 +120,17 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
         if not finished:  # a chunk landed, its watermark persisted, more to read
             last["watermark"] = watermark.isoformat()
 
-    def stop_if_given_up(context, key):  # the first chunk is read: wait for the verdict, then check
+    def stop_if_presumed_dead(instance, run_id, stopping):  # the first chunk is read: wait for the verdict, then check
         if point == "presumed_dead" and not last.get("resumed"):
             marker.write_text(json.dumps({"pid": os.getpid()}))
             go, deadline = marker.with_suffix(".go"), Deadline(120)
             while not go.exists() and not deadline.expired():
                 time.sleep(0.05)
             last["resumed"] = True
-        return check(context, key)
+        return check(instance, run_id, stopping)
 
     LandingStore.write = write
-    reading._stop_if_given_up = stop_if_given_up
+    reading.stop_if_presumed_dead = stop_if_presumed_dead
     PartitionMetadataStore.record_progress = record_progress
     job = build_definitions().resolve_job_def(JOB)
     with DagsterInstance.get() as instance:

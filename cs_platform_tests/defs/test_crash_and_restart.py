@@ -94,8 +94,8 @@ KILL_ROUNDS = 6
 
 
 def stopped_itself_presumed_dead(instance, run_id: str) -> bool:
-    """True if the run failed because it found itself given up while it still read (reading's
-    ``_stop_if_given_up``), not because it was killed."""
+    """True if the run failed because it found itself given up while it still read
+    (``runs.stop_if_presumed_dead`` in a reader run), not because it was killed."""
     failures = [e.dagster_event for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_failure]
     return any("but was still reading partition" in str(f.event_specific_data) for f in failures)
 

@@ -1,8 +1,8 @@
-"""The lake assets in Dagster: after sensor-launched runs landed a stream, materializing changelog
-and mirrors brings the mirrors to the stream's cut, and the asset checks pass (complete
-transactions, lag, mirrors vs the source read at the cut); a maintenance pass in between leaves the
-cut readable, so materializing again is a no-op cut whose checks still pass. A column the lake
-cannot mirror stops the step with its check red."""
+"""The lake assets in Dagster: a lake run shaped as the lake sensor launches it cuts beside the
+sensor-launched reads, and its checks pass (complete transactions, lag, mirrors and history vs the
+source read at the cut); a maintenance pass after it leaves every cut readable, and materializing
+again from the UI is a no-op cut whose checks still pass. A column the lake cannot mirror stops the
+step with its check red."""
 
 from datetime import timedelta
 
@@ -22,44 +22,6 @@ from cs_platform_tests.lake.readers import check_history_at_cut
 MIRRORS = AssetKey(["bank_stream", "mirrors"])
 HISTORY = AssetKey(["bank_stream", "history"])
 REPORT_EVERY_S = 4  # the lake run cuts every 2-3 s: a report covers one cut or more
-
-
-def test_changelog_and_mirrors_assets_cut_at_the_stream_watermark(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
-    monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
-    monkeypatch.setenv("CS_PLATFORM_SPARK_MASTER", "local[2]")
-    monkeypatch.setenv("CS_PLATFORM_MAX_LAG_SECONDS", "120")  # the least it takes (a freshness warn window of a minute)
-    workload, end = bank_stream.read_short_window(dagster_instance)
-    # The checks look at the finished stream three minutes on: its cut, the end, is past the max lag.
-    monkeypatch.setattr(lake_assets, "utc_now", lambda: utc_now() + timedelta(minutes=3))
-
-    defs = build_definitions()
-    cut_step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
-    assert cut_step[0].specs_by_key[AssetKey(["bank_stream", "mirrors"])].freshness_policy is None  # a bounded stream finishes
-    maintenance = [a for a in defs.assets if AssetKey(["bank_stream", "lake_maintenance"]) in a.keys]
-    results = [materialize(cut_step, resources=defs.resources, instance=dagster_instance)]
-    maintained = materialize(maintenance, resources=defs.resources, instance=dagster_instance)
-    results.append(materialize(cut_step, resources=defs.resources, instance=dagster_instance))
-    assert maintained.success
-    report = maintained.asset_materializations_for_node(maintenance[0].op.name)[0].metadata
-    assert (report["kept_cuts"].value, report["cuts_dropped"].value) == (2, 0)  # the snapshot at T0 and the cut
-    assert "mirrors/Accounts" in report["tables"].value
-    for result in results:
-        assert result.success
-        checks = {c.check_name: c for c in result.get_asset_check_evaluations()}
-        assert {name: c.passed for name, c in checks.items()} == dict.fromkeys(CHECKS, True)
-        lag = checks["watermark_lag"].metadata  # finished: complete, not late, and it says so
-        assert lag["stream_finished"].value is True and lag["lag_seconds"].value == 0 and lag["status"].value.startswith("finished")
-    first, second = (
-        next(m for m in r.asset_materializations_for_node("bank_stream_cut") if m.asset_key == AssetKey(["bank_stream", "mirrors"])).metadata
-        for r in results
-    )
-    committed = sum(1 for t in workload.committed if t.commit_timestamp <= end)
-    assert first["applied"].value is True and first["transactions"].value == committed
-    assert first["cut_seconds"].value > 0 and second["cut_seconds"].value > 0  # what each took, from ingest to publication
-    assert second["applied"].value is False  # the same cut again: nothing to do
-    assert set(first["snapshot_rows"].value) == {"Accounts", "Transfers", "AuditEvents"} and "snapshot_rows" not in second
-    changelog = next(m for m in results[0].asset_materializations_for_node("bank_stream_cut") if m.asset_key == AssetKey(["bank_stream", "changelog"]))
-    assert changelog.metadata["new_rows"].value > 0 and changelog.metadata["duplicates_dropped"].value == 0
 
 
 def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stream, dagster_instance, spark, monkeypatch, tmp_path):
@@ -135,6 +97,30 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     assert len(history) == len(recorded)
     (checked,) = [e for e in evaluations if e.check_name == lake_assets.HISTORY_CHECK]
     assert checked.passed and checked.asset_key == HISTORY
+
+    # The same lake from the UI, three minutes on: a maintenance pass keeps every cut readable, and a
+    # materialization takes one cut, the end again (a no-op), whose checks all pass: the finished
+    # stream is complete, not late, though its end is past the max lag (the least it takes: 120 s).
+    monkeypatch.setenv("CS_PLATFORM_MAX_LAG_SECONDS", "120")
+    monkeypatch.setattr(lake_assets, "utc_now", lambda: utc_now() + timedelta(minutes=3))
+    defs = build_definitions()
+    cut_step = [a for a in defs.assets if MIRRORS in a.keys]
+    assert cut_step[0].specs_by_key[MIRRORS].freshness_policy is None  # a bounded stream finishes: its mirrors are final
+    maintenance = [a for a in defs.assets if AssetKey(["bank_stream", "lake_maintenance"]) in a.keys]
+    maintained = materialize(maintenance, resources=defs.resources, instance=dagster_instance)
+    assert maintained.success
+    report = maintained.asset_materializations_for_node(maintenance[0].op.name)[0].metadata
+    assert (report["kept_cuts"].value, report["cuts_dropped"].value) == (len(cuts), 0)
+    assert "mirrors/Accounts" in report["tables"].value
+    again = materialize(cut_step, resources=defs.resources, instance=dagster_instance)
+    assert again.success
+    checks = {c.check_name: c for c in again.get_asset_check_evaluations()}
+    assert {name: checks[name].passed for name in CHECKS} == dict.fromkeys(CHECKS, True)
+    lag = checks["watermark_lag"].metadata
+    assert lag["stream_finished"].value is True and lag["lag_seconds"].value == 0 and lag["status"].value.startswith("finished")
+    [mirrors] = [m.metadata for m in again.asset_materializations_for_node("bank_stream_cut") if m.asset_key == MIRRORS]
+    assert mirrors["applied"].value is False and mirrors["cut"].value == end.timestamp() and "snapshot_rows" not in mirrors
+    assert lake.cuts() == cuts
 
 
 def test_a_column_the_lake_cannot_mirror_stops_the_lake_step_with_its_check_red(stream_setup, dagster_instance, spark, monkeypatch, tmp_path, alert_receivers):
