@@ -26,12 +26,12 @@ from cs_platform.changestream.retention import RetentionLevel, watch_retention
 from cs_platform.defs.cleanup import cleanup_definitions
 from cs_platform.defs.lake_assets import lake_definitions
 from cs_platform.defs.lake_maintenance import lake_maintenance_definitions
-from cs_platform.defs.launches import LaunchPlanner, SensorCursor
 from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import ask_to_yield, live_runs_by_partition, queued_runs_allowed, seconds_since_progress
+from cs_platform.launches import LaunchPlanner, SensorCursor
 from cs_platform.settings import env_name
 
 STREAM_TAG = "cs_platform/stream"

@@ -58,7 +58,6 @@ from dagster import (
 from cs_platform.changestream.catalog import watched_table_names
 from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.retention import RetentionLevel, RetentionWatch, watch_retention
-from cs_platform.changestream.source_reads import SourceSnapshot
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
 from cs_platform.defs.runs import (
@@ -81,7 +80,6 @@ LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per str
 # Set by the lake sensor: the run keeps cutting for CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS. Without it
 # (a materialization from the UI, a backfill) a lake run takes one cut.
 KEEP_CUTTING_TAG = "cs_platform/keep_cutting"
-SAMPLE_KEYS = 100
 BLOCKING_CHECK = "complete_transactions_below_low_watermark"  # a failure stops the run: nothing is published past it
 
 CHECKS = {
@@ -515,23 +513,14 @@ def snapshot_metadata(snapshot: "SnapshotResult | None") -> dict:
 
 def history_matches_mirrors(lake: "Lake", history: AssetKey) -> AssetCheckResult:
     """At the last applied cut, each history table filtered at the cut equals its mirror at the cut."""
-    cut = lake.last_cut()
-    if cut is None:
-        return AssetCheckResult(asset_key=history, check_name=HISTORY_CHECK, passed=True, description=HISTORY_CHECK_TEXT, metadata={"note": "no cut yet"})
-    mirrors = lake.mirrors_at_cut(cut)
-    compared = {}
-    for table, at_cut in lake.histories_at_cut(cut).items():
-        mirror = mirrors[table]
-        versions = at_cut.select(*[f"`{c}`" for c in mirror.columns])
-        compared[table] = {"rows": mirror.count(), "differing_rows": versions.exceptAll(mirror).count() + mirror.exceptAll(versions).count()}
-    differing = sorted(t for t, c in compared.items() if c["differing_rows"])
-    return AssetCheckResult(
-        asset_key=history,
-        check_name=HISTORY_CHECK,
-        passed=not differing,
-        description=HISTORY_CHECK_TEXT,
-        metadata={"cut": MetadataValue.timestamp(cut), "tables": MetadataValue.json(compared), "differing": ", ".join(differing) or "none"},
-    )
+    from cs_platform.lake.verify import history_against_mirrors
+
+    found = history_against_mirrors(lake)
+    if found.cut is None:
+        metadata = {"note": "no cut yet"}
+    else:
+        metadata = {"cut": MetadataValue.timestamp(found.cut), "tables": MetadataValue.json(found.tables), "differing": ", ".join(found.differing) or "none"}
+    return AssetCheckResult(asset_key=history, check_name=HISTORY_CHECK, passed=not found.differing, description=HISTORY_CHECK_TEXT, metadata=metadata)
 
 
 def _check(name: str, passed: bool, metadata: dict, severity: AssetCheckSeverity = AssetCheckSeverity.ERROR) -> AssetCheckResult:
@@ -553,37 +542,21 @@ def retention_check(watch: RetentionWatch, stream: str) -> AssetCheckResult:
 
 
 def mirrors_match_source(lake: "Lake", database, stream: str, rebuilds: AssetKey) -> AssetCheckResult:
-    """At the last applied cut, each watched table has a mirror with the source's row count, and a
-    random sample of its primary keys exists in the source read at that timestamp (values are
-    compared by the tests). Names the tables to rebuild."""
-    from cs_platform.lake.mirrors import primary_key, sample_keys
+    """``lake.verify.mirrors_against_source`` as the check, naming the partitions of ``rebuilds`` to backfill."""
+    from cs_platform.lake.verify import mirrors_against_source
 
-    cut = lake.last_cut()
-    if cut is None:
+    found = mirrors_against_source(lake, database, stream)
+    if found.cut is None:
         return _check("mirrors_match_source", True, {"mismatched": "none", "note": "no cut applied yet: nothing has landed"})
-    source = SourceSnapshot(database, cut)
-    mirrors = lake.mirrors_at_cut(cut)
-    watched = set(watched_table_names(database, stream, cut))
-    problems = sorted(watched - set(mirrors))  # watched, no mirror
-    checked = {table: {"mirror_rows": 0, "source_rows": source.row_count(table), "note": "no mirror"} for table in problems}
-    # A mirror of a table no longer watched (dropped, or taken out of the stream) keeps its last rows.
-    checked |= {table: {"note": "not watched at the cut: the mirror is frozen, it keeps its last rows"} for table in set(mirrors) - watched}
-    for table, mirror in ((t, m) for t, m in mirrors.items() if t in watched):
-        keys = primary_key(lake.spark, lake.mirror(table))
-        sample = sample_keys(mirror, keys, SAMPLE_KEYS)
-        rows, expected = mirror.count(), source.row_count(table)
-        missing = len(sample) - len(source.existing_keys(table, keys, sample))
-        checked[table] = {"mirror_rows": rows, "source_rows": expected, "sampled_keys": len(sample), "missing": missing}
-        if rows != expected or missing:
-            problems.append(table)
-    rebuild = f"materialize {rebuilds.to_user_string()} for partitions {', '.join(sorted(problems))} (a backfill)" if problems else "none"
+    problems = found.mismatched
+    rebuild = f"materialize {rebuilds.to_user_string()} for partitions {', '.join(problems)} (a backfill)" if problems else "none"
     return _check(
         "mirrors_match_source",
         not problems,
         {
-            "cut": MetadataValue.timestamp(cut),
-            "tables": MetadataValue.json(checked),
-            "mismatched": ", ".join(sorted(problems)) or "none",
+            "cut": MetadataValue.timestamp(found.cut),
+            "tables": MetadataValue.json(found.tables),
+            "mismatched": ", ".join(problems) or "none",
             "to_rebuild": rebuild,
         },
     )

@@ -2,8 +2,10 @@
 mirrors, history tables and the manifest of consistent cuts; maintenance, and readers on other
 engines (``published``, ``delta_log``, ``engines``, ``cli`` need no Spark).
 
-Imports no Dagster. From the reader core it imports only what the snapshot at a stream's start
-needs (``snapshot``: ``changestream.catalog.WatchedTable``, ``changestream.connection.SpannerTarget``,
-``changestream.table_snapshot``); from landing its rows, store and source; files through
+Imports no Dagster. From the reader core it imports only what reading the source needs: the
+snapshot at a stream's start (``snapshot``: ``changestream.catalog.WatchedTable``,
+``changestream.connection.SpannerTarget``, ``changestream.table_snapshot``) and the check of the
+mirrors against the source (``verify``: ``changestream.catalog.watched_table_names``,
+``changestream.source_reads``); from landing its rows, store and source; files through
 ``cs_platform.storage``.
 """
