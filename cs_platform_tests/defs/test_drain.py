@@ -29,7 +29,7 @@ DRAIN_BOUND_S = 10  # at the defaults (docs/operations.md); scaled by the machin
 
 
 @pytest.mark.heavy
-def test_terminated_runs_drain_and_a_killed_lake_run_is_presumed_dead(
+def test_terminated_reader_and_lake_runs_drain_and_end_canceled(
     bank_stream, dagster_instance, spanner_front, spark, tmp_path, monkeypatch
 ):
     # Two partitions by key range that live through the test (the emulator's churn every 3 s would
