@@ -1,6 +1,7 @@
 """Pure reader core for Cloud Spanner change streams (no Dagster, no Spark, no settings).
 
-Modelled on Apache Beam's SpannerIO change-stream connector, one module per responsibility:
+Modelled on Apache Beam's SpannerIO change-stream connector, one module per responsibility (the
+body of a read, which lands, is ``cs_platform.partition_read``):
 
 - ``records``        immutable change records (data, heartbeat, child partitions, partition events)
 - ``values``         Spanner wire values -> Python values, by column type
@@ -15,6 +16,5 @@ Modelled on Apache Beam's SpannerIO change-stream connector, one module per resp
 - ``retention``      whether unread records are about to expire (the retention watchdog)
 - ``table_snapshot`` the watched tables read at one timestamp, in partitions (the lake's start)
 - ``source_reads``   the source tables read at a timestamp, to check the lake against them
-- ``runner``         an in-process driver of the lifecycle, for tests and benchmarks
 - ``errors``         the reader's named errors, in the project's two families (``cs_platform.errors``)
 """

@@ -1,22 +1,20 @@
-"""The body of a per-token run: mark RUNNING, read until the soft timeout, land, persist, report.
+"""A per-token run in Dagster: ``partition_read.read_partition`` (take, read, land, persist: the
+body of every read, the order that is the correctness argument), wrapped with what a Dagster run adds.
 
-A run ends early, between two landings, when the sensor asked it to yield its slot (partitions
-wait for one) and it has read for yield_after_seconds: reads rotate instead of queueing behind
-soft timeouts, so the low watermark keeps moving however many partitions are live.
-
-A run asked to end drains: Dagster's termination (its run worker gets SIGINT), a SIGTERM (a deploy,
-a scale-down) or the run found CANCELING make the read stop at its next response (a heartbeat comes
-every CS_PLATFORM_HEARTBEAT_MILLIS, 2 s by default), land what it read and persist its watermark,
-and the run then ends CANCELED: nothing it read is dropped, nothing is read twice (docs/operations.md,
-"Stop a stream").
-
-The order is the correctness argument (DESIGN invariant 2, Beam's BundleFinalizer): the watermark
-is persisted only after the landing write returned, so a crash at any point either loses nothing
-(the next run resumes from the old watermark) or lands a duplicate (removed downstream by change
-identity). The run takes the partition first: from then on only this run can move its watermark
-and state (``PartitionMetadataStore.take``), so a run presumed dead that lands late is refused when
-it persists (fencing, docs/reader.md). A FINISHED partition is replayed instead: its range is read again and landed without
-touching the metadata row, which is what a backfill means here.
+- It refuses to read beside another live run of its partition, and lands only into its source's
+  landing root.
+- Before each landing it checks it was not presumed dead by the sensor meanwhile (then it stops:
+  fencing refuses its watermark anyway, ``runs.stop_if_presumed_dead``) or cancelled (then it drains).
+- After each landing it marks itself alive once per beat and reports its landings once per report
+  interval (``cs_platform.reporting``); it ends early, between two landings, when the sensor asked
+  it to yield its slot (partitions wait for one) and it has read for yield_after_seconds: reads
+  rotate instead of queueing behind soft timeouts.
+- A run asked to end drains: Dagster's termination (its run worker gets SIGINT), a SIGTERM (a
+  deploy, a scale-down) or the run found CANCELING make the read stop at its next response (a
+  heartbeat comes every CS_PLATFORM_HEARTBEAT_MILLIS, 2 s by default), land what it read and persist
+  its watermark, and the run then ends CANCELED: nothing it read is dropped, nothing is read twice
+  (docs/operations.md, "Stop a stream").
+- It is materialized once, at its end, with what a data engineer asks of a read.
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ import dataclasses
 import resource
 import threading
 import time
-from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -39,7 +36,7 @@ from dagster import (
 )
 
 from cs_platform.changestream.errors import FencedOffError
-from cs_platform.changestream.metadata import PartitionMetadata, PartitionMetadataStore, PartitionState, utc_now
+from cs_platform.changestream.metadata import PartitionMetadata, utc_now
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import (
@@ -52,6 +49,7 @@ from cs_platform.defs.runs import (
     stop_if_presumed_dead,
 )
 from cs_platform.landing.store import LandedFile
+from cs_platform.partition_read import read_partition
 from cs_platform.reporting import Cadence, liveness_beat_seconds
 
 
@@ -64,55 +62,67 @@ def read_and_land(
     _refuse_concurrent_read(context, job_name, key)
     landing = landing_resource.store(change_stream.source_identity())
     landing.bind(change_stream.stream_name)  # refuse another source's directory before reading anything
-    reader = change_stream.reader()
-    replay = partition.state is PartitionState.FINISHED
-    chunk_mods = change_stream.landing_chunk_mods
-    drain = threading.Event()
-    if replay:
-        context.log.info(f"partition {key} is FINISHED: replaying {partition.reads_from} .. {partition.watermark}")
-        chunks = reader.replay(partition, chunk_mods)
-    else:
-        partition = store.take(partition.token, owner=context.run_id)  # any earlier run is fenced off from here
-        context.log.info(
-            f"reading partition {key} ({partition.state.value}) from watermark {partition.watermark.isoformat()} "
-            f"for up to {change_stream.soft_timeout_seconds:g}s"
-        )
-        chunks = reader.read_chunks(partition, change_stream.soft_timeout, chunk_mods, change_stream.landing_interval, stop=drain)
+    drain = threading.Event()  # set by SIGINT, SIGTERM or the run found CANCELING: the read lands what it read and ends
     totals, unreported = ReadTotals(), Landings()
     # Dagster's storage grows with what a run records, so a run records its landings once per
     # report interval and marks itself alive once per beat, not at every landing (cs_platform.reporting).
     report, alive = Cadence(change_stream.report_interval_seconds), Cadence(liveness_beat_seconds(change_stream.stale_run_seconds))
     started = time.monotonic()
-    with drain_on_interrupt(drain), closing(chunks):  # ending early closes the read's stream
-        for chunk in chunks:  # each one durable, then its watermark persisted, before the next is read
-            run = stop_if_presumed_dead(  # one run-storage lookup per chunk, against a chunk's Spanner read and file write
-                context.instance, context.run_id, f"was still reading partition {key}: stopping before its next landing so that "
-                "only the re-launched run reads it (what this run landed stays landed; a run paused after this check can land once "
-                "more, and fencing refuses its watermark)",
+    read: dict = {}  # what the hooks below learn: the partition as taken, the run as last seen
+
+    def on_start(taken: PartitionMetadata, replay: bool) -> None:
+        read.update(partition=taken, replay=replay)
+        if replay:
+            context.log.info(f"partition {key} is FINISHED: replaying {taken.reads_from} .. {taken.watermark}")
+        else:
+            context.log.info(
+                f"reading partition {key} ({taken.state.value}) from watermark {taken.watermark.isoformat()} "
+                f"for up to {change_stream.soft_timeout_seconds:g}s"
             )
-            if run is not None and run.status in CANCELLED:
-                drain.set()  # terminated where no signal reached the step: drain all the same
-            landed = landing.write(change_stream.stream_name, key, chunk)
-            if not replay:
-                _persist(context, store, partition, chunk)
-            if alive.due():
-                mark_progress(context.instance, context.run_id)  # the sensor measures staleness from here
-            totals.add(chunk, landed)
-            if landed:
-                unreported.add(landed)
-                if report.due():  # an observation, shown in the run's event log too: no log line beside it
-                    context.log_event(landing_observation(context, key, chunk, unreported, totals))
-                    unreported = Landings()
-            read_s = time.monotonic() - started
-            if replay and drain.is_set():  # a replay moves no watermark: it just stops
-                break
-            if _yields(run, replay or chunk.finished, read_s, change_stream.yield_after_seconds):
-                totals.yielded = True
-                context.log.info(
-                    f"partitions wait for a run slot: yielding after {read_s:.1f}s, "
-                    f"watermark {chunk.watermark.isoformat()} persisted"
-                )
-                break
+
+    def before_landing() -> None:
+        read["run"] = run = stop_if_presumed_dead(  # one run-storage lookup per chunk, against a chunk's Spanner read and file write
+            context.instance, context.run_id, f"was still reading partition {key}: stopping before its next landing so that "
+            "only the re-launched run reads it (what this run landed stays landed; a run paused after this check can land once "
+            "more, and fencing refuses its watermark)",
+        )
+        if run is not None and run.status in CANCELLED:
+            drain.set()  # terminated where no signal reached the step: drain all the same
+
+    def after_landing(chunk: PartitionBatch, landed: LandedFile | None) -> bool:
+        nonlocal unreported
+        if alive.due():
+            mark_progress(context.instance, context.run_id)  # the sensor measures staleness from here
+        totals.add(chunk, landed)
+        if landed:
+            unreported.add(landed)
+            if report.due():  # an observation, shown in the run's event log too: no log line beside it
+                context.log_event(landing_observation(context, key, chunk, unreported, totals))
+                unreported = Landings()
+        read_s = time.monotonic() - started
+        if _yields(read["run"], read["replay"] or chunk.finished, read_s, change_stream.yield_after_seconds):
+            totals.yielded = True
+            context.log.info(f"partitions wait for a run slot: yielding after {read_s:.1f}s, watermark {chunk.watermark.isoformat()} persisted")
+            return True
+        return False
+
+    with drain_on_interrupt(drain):
+        try:
+            read_partition(
+                store, change_stream.reader(), landing, change_stream.stream_name, partition, context.run_id,
+                change_stream.soft_timeout, change_stream.landing_chunk_mods, change_stream.landing_interval,
+                stop=drain, started=on_start, before_landing=before_landing, after_landing=after_landing,
+            )
+        except FencedOffError as fenced:  # a re-launch took the partition: stop at once
+            context.log.error(f"fenced off partition {key}: {fenced}")
+            raise Failure(
+                description=(
+                    f"run {context.run_id} no longer owns partition {key}: {fenced} Raise "
+                    "CS_PLATFORM_STALE_RUN_SECONDS if live runs are presumed dead on this machine."
+                ),
+                allow_retries=False,
+            ) from fenced
+    partition, replay = read["partition"], read["replay"]
     if drain.is_set():
         last = totals.last
         context.log.info(
@@ -224,21 +234,6 @@ def _refuse_concurrent_read(context: AssetExecutionContext, job_name: str, key: 
             ),
             allow_retries=False,
         )
-
-
-def _persist(context: AssetExecutionContext, store: PartitionMetadataStore, partition: PartitionMetadata, chunk: PartitionBatch) -> None:
-    """Persist the landed chunk's watermark, or stop at once if a re-launch took the partition."""
-    try:
-        store.record_progress(partition.token, chunk.watermark, chunk.finished, owner=context.run_id)
-    except FencedOffError as fenced:
-        context.log.error(f"fenced off partition {partition.key}: {fenced}")
-        raise Failure(
-            description=(
-                f"run {context.run_id} no longer owns partition {partition.key}: {fenced} Raise "
-                "CS_PLATFORM_STALE_RUN_SECONDS if live runs are presumed dead on this machine."
-            ),
-            allow_retries=False,
-        ) from fenced
 
 
 def _seconds_between(earlier, later) -> float | None:

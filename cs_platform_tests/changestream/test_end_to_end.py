@@ -9,8 +9,8 @@ from datetime import timedelta
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, lineage, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader
-from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.tail import POLLING
+from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 
 WINDOW_SECONDS = 50

@@ -23,9 +23,9 @@ from cs_platform.changestream.errors import DatabaseNotFoundError, ResultTooLarg
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader, RetryPolicy
-from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.tail import STREAMING
 from cs_platform.dev.deadline import load_per_core
+from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.dev.spanner_front import OUT_OF_MEMORY, Fault, SpannerFront
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl
 from cs_platform.errors import TerminalError, TransientError

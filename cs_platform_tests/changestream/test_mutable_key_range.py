@@ -34,9 +34,9 @@ from cs_platform.changestream.records import (
     PartitionStartRecord,
     ValueCaptureType,
 )
-from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.tail import STREAMING
 from cs_platform.dev.deadline import load_per_core
+from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.dev.mutable_key_range import END_REQUIRED, END_TOO_FAR
 from cs_platform.dev.spanner_front import Fault
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json

@@ -10,8 +10,8 @@ from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery, Dialect
 from cs_platform.changestream.reader import PartitionReader
-from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.tail import POLLING
+from cs_platform.dev.local_runner import LocalRunner
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 
 PG_DDL = [

@@ -15,7 +15,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.records import DataChangeRecord, ModType
-from cs_platform.changestream.runner import LocalRunner
+from cs_platform.dev.local_runner import LocalRunner
 
 COLUMNS = ["Id", "Name", "Score", "Ratio", "Raw", "Amount", "Day", "SeenAt", "Doc", "Tags", "Flag"]
 DDL = """CREATE TABLE Items (

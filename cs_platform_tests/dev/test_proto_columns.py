@@ -14,7 +14,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.records import DataChangeRecord, ModType
-from cs_platform.changestream.runner import LocalRunner
+from cs_platform.dev.local_runner import LocalRunner
 from cs_platform_tests.changestream.test_value_capture import cards_bundle
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 

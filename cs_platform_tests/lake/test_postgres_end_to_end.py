@@ -12,12 +12,12 @@ import time
 from datetime import datetime, timedelta
 
 from cs_platform.changestream.connection import SpannerTarget
-from cs_platform.changestream.metadata import PartitionMetadataStore, partition_key, utc_now
+from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery, Dialect, PartitionMode
 from cs_platform.changestream.reader import PartitionReader
-from cs_platform.changestream.runner import LocalRunner
 from cs_platform.changestream.tail import STREAMING
 from cs_platform.dev.deadline import load_per_core
+from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.dev.workload import start_after
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
@@ -71,14 +71,11 @@ def test_a_postgres_bank_on_moving_key_ranges_is_cut_exactly(make_database, meta
     reader = PartitionReader(source, ChangeStreamQuery(STREAM, Dialect.POSTGRESQL, 500, PartitionMode.MUTABLE_KEY_RANGE), store, tail=STREAMING)
     landing = LandingStore(str(tmp_path / "landing"))
 
-    def land(batch) -> None:
-        landing.write(STREAM, partition_key(batch.partition_token, batch.query_start), batch)
-
     end = start + timedelta(seconds=10 + 2 * load_per_core())
     committed: list[datetime] = []
     writer = threading.Thread(target=lambda: committed.extend(_transfers(bank, start + timedelta(seconds=6))))
     writer.start()
-    LocalRunner(reader, land, timedelta(seconds=120)).run(start, end, 500, stop_after_s=180)
+    LocalRunner(reader, landing, timedelta(seconds=120)).run(start, end, 500, stop_after_s=180)
     writer.join()
 
     key_ranges = spanner_front.key_range_stats(bank.database_id, STREAM)

@@ -15,12 +15,12 @@ from dagster import AssetKey
 
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import SnapshotTooOldError
-from cs_platform.changestream.metadata import PartitionMetadataStore, partition_key, utc_now
+from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery, Dialect
 from cs_platform.changestream.reader import PartitionReader
-from cs_platform.changestream.runner import LocalRunner
 from cs_platform.defs.lake_assets import mirrors_match_source
 from cs_platform.dev.deadline import Deadline
+from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.dev.workload import BankWorkload, start_after
 from cs_platform.lake.cuts import Lake
 from cs_platform.landing.store import LandingStore
@@ -35,10 +35,7 @@ def land_stream(db, query: ChangeStreamQuery, store: PartitionMetadataStore, sta
     end = utc_now() + timedelta(seconds=1)
     time.sleep(1.2)  # the end must be in the past: the read then ends at once (EMULATOR.md)
 
-    def land(batch) -> None:
-        landing.write(query.stream_name, partition_key(batch.partition_token, batch.query_start), batch)
-
-    LocalRunner(PartitionReader(db, query, store), land, timedelta(seconds=5)).run(start, end, 500)
+    LocalRunner(PartitionReader(db, query, store), landing, timedelta(seconds=5)).run(start, end, 500)
     return end
 
 

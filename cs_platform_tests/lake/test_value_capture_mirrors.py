@@ -10,10 +10,10 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from google.cloud import spanner
 
-from cs_platform.changestream.metadata import PartitionMetadataStore, partition_key, utc_now
+from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader
-from cs_platform.changestream.runner import LocalRunner
+from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.types import utc
@@ -61,10 +61,7 @@ def test_mirror_equals_source(capture, make_database, spark, tmp_path):
     store = PartitionMetadataStore(meta, "ItemsMetadata")
     reader = PartitionReader(db, ChangeStreamQuery("ItemsStream", heartbeat_millis=500), store)
 
-    def land(batch):
-        landing.write("ItemsStream", partition_key(batch.partition_token, batch.query_start), batch)
-
-    LocalRunner(reader, land, timedelta(seconds=5)).run(start, end, 500)
+    LocalRunner(reader, landing, timedelta(seconds=5)).run(start, end, 500)
     lake = Lake(spark, str(tmp_path / "lake"), history=HistoryPolicy(None))
     lake.changelog.ingest(landing.files("ItemsStream"))
     lake.apply_cut(end)
@@ -108,7 +105,7 @@ def test_emulator_early_years_are_typed_not_fatal(make_database, spark, tmp_path
     time.sleep(1.2)
     landing = LandingStore(str(tmp_path / "landing"))
     reader = PartitionReader(db, ChangeStreamQuery("EarlyStream", heartbeat_millis=500), PartitionMetadataStore(meta, "EarlyMetadata"))
-    LocalRunner(reader, lambda b: landing.write("EarlyStream", partition_key(b.partition_token, b.query_start), b), timedelta(seconds=5)).run(start, end, 500)
+    LocalRunner(reader, landing, timedelta(seconds=5)).run(start, end, 500)
     raw = {json.loads(r["new_values"])["Ts"] for r in landing.read("EarlyStream").to_pylist()}
     assert "1-01-01T00:00:00Z" in raw  # the emulator's spelling this test is about
 

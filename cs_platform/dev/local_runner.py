@@ -1,9 +1,8 @@
-"""A small in-process driver: initialize -> detect -> read -> land -> persist, until the end timestamp.
-
-The same lifecycle the Dagster sensor and per-token runs follow, in threads, for the demo, benchmarks
-and end-to-end tests of the reader core. Partitions move CREATED -> SCHEDULED -> RUNNING -> FINISHED;
-a child is picked up only once all its parents are FINISHED; each read is landed by ``sink``
-before its watermark is persisted.
+"""An in-process driver of one stream, for the reader's tests and benchmarks: initialize, find the
+schedulable partitions, read each in a thread with ``partition_read.read_partition`` (the body of a
+Dagster run's read: take, read, land, persist), until every partition is FINISHED. What the partition
+sensor and its runs do, without Dagster. Partitions move CREATED -> SCHEDULED -> RUNNING -> FINISHED;
+a child is picked up only once all its parents are FINISHED.
 """
 
 from __future__ import annotations
@@ -16,13 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable
 
-from cs_platform.changestream.metadata import PartitionMetadata, PartitionMetadataStore, PartitionState
+from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState
 from cs_platform.changestream.reader import PartitionBatch, PartitionReader
+from cs_platform.partition_read import Landing, read_partition
 
 log = logging.getLogger(__name__)
-
-BatchSink = Callable[[PartitionBatch], None]
-
 
 @dataclass
 class RunSummary:
@@ -38,14 +35,19 @@ class LocalRunner:
     def __init__(
         self,
         reader: PartitionReader,
-        sink: BatchSink,
+        landing: Landing | Callable[[PartitionBatch], None],
         soft_timeout: timedelta = timedelta(seconds=10),
         max_parallel: int = 8,
         poll_interval_s: float = 0.2,
+        stream: str | None = None,
     ) -> None:
+        """``landing``: a ``LandingStore`` (files named by partition key, as production names them), or
+        a function each read's chunk is handed to. ``stream``: the name landing files go under
+        (default: the reader's stream)."""
         self.reader = reader
         self.metadata: PartitionMetadataStore = reader.metadata
-        self.sink = sink
+        self.landing: Landing = Collect(landing) if callable(landing) else landing
+        self.stream = stream or reader.query.stream_name
         self.soft_timeout = soft_timeout
         self.max_parallel = max_parallel
         self.poll_interval_s = poll_interval_s
@@ -87,9 +89,25 @@ class LocalRunner:
             raise TimeoutError(f"stream not finished after {stop_after_s:.0f}s; low watermark {self.metadata.low_watermark()}")
 
     def _read_one(self, token: str) -> PartitionBatch:
-        owner = f"local-{uuid.uuid4().hex}"  # each read takes the partition, as each Dagster run does
-        partition: PartitionMetadata = self.metadata.take(token, owner)
-        batch = self.reader.read(partition, self.soft_timeout)
+        """One read of the partition, as one Dagster run reads it (its own owner), in one chunk."""
+        chunks: list[PartitionBatch] = []
+
+        def landed(chunk: PartitionBatch, _) -> bool:
+            chunks.append(chunk)
+            return False  # read on to the soft timeout or the partition's end
+
+        read_partition(
+            self.metadata, self.reader, self.landing, self.stream, self.metadata.get(token), f"local-{uuid.uuid4().hex}",
+            self.soft_timeout, None, None, after_landing=landed,
+        )
+        return chunks[-1]
+
+
+class Collect:
+    """A landing that hands each chunk to ``sink`` instead of writing a file (a test's collector)."""
+
+    def __init__(self, sink: Callable[[PartitionBatch], None]) -> None:
+        self.sink = sink
+
+    def write(self, stream: str, key: str, batch: PartitionBatch) -> None:
         self.sink(batch)
-        self.metadata.record_progress(token, batch.watermark, batch.finished, owner)
-        return batch
