@@ -63,7 +63,8 @@ def read_and_land(
     landing = landing_resource.store(change_stream.source_identity())
     landing.bind(change_stream.stream_name)  # refuse another source's directory before reading anything
     drain = threading.Event()  # set by SIGINT, SIGTERM or the run found CANCELING: the read lands what it read and ends
-    totals, unreported = ReadTotals(), Landings()
+    totals = ReadTotals()
+    reported = ReadTotals()  # the totals at the last report: a report covers what landed since
     # Dagster's storage grows with what a run records, so a run records its landings once per
     # report interval and marks itself alive once per beat, not at every landing (cs_platform.reporting).
     report, alive = Cadence(change_stream.report_interval_seconds), Cadence(liveness_beat_seconds(change_stream.stale_run_seconds))
@@ -90,15 +91,13 @@ def read_and_land(
             drain.set()  # terminated where no signal reached the step: drain all the same
 
     def after_landing(chunk: PartitionBatch, landed: LandedFile | None) -> bool:
-        nonlocal unreported
+        nonlocal reported
         if alive.due():
             mark_progress(context.instance, context.run_id)  # the sensor measures staleness from here
         totals.add(chunk, landed)
-        if landed:
-            unreported.add(landed)
-            if report.due():  # an observation, shown in the run's event log too: no log line beside it
-                context.log_event(landing_observation(context, key, chunk, unreported, totals))
-                unreported = Landings()
+        if landed and report.due():  # an observation, shown in the run's event log too: no log line beside it
+            context.log_event(landing_observation(context, key, chunk, totals, reported))
+            reported = dataclasses.replace(totals)
         read_s = time.monotonic() - started
         if _yields(read["run"], read["replay"] or chunk.finished, read_s, change_stream.yield_after_seconds):
             totals.yielded = True
@@ -136,11 +135,11 @@ def read_and_land(
 
 
 def landing_observation(
-    context: AssetExecutionContext, key: str, chunk: PartitionBatch, landed: Landings, read: ReadTotals
+    context: AssetExecutionContext, key: str, chunk: PartitionBatch, read: ReadTotals, reported: ReadTotals
 ) -> AssetObservation:
     """The UI's view of a live run: an observation on the partition's timeline per report (the
     run's first landing, then at most one per CS_PLATFORM_REPORT_INTERVAL_SECONDS), covering the
-    files landed since the previous one.
+    files landed since the previous one (``read`` now, less ``reported`` then).
 
     An observation, not a materialization: the partition is materialized once, when its run ends
     and reports the whole read; landings in between are progress, and must not look like completed
@@ -151,27 +150,13 @@ def landing_observation(
         partition=key,
         description="files landed while the run reads, since its previous observation",
         metadata={  # few entries: each costs ~0.3 KB of storage per report (the run's materialization has the rest)
-            "landing_path": MetadataValue.path(landed.last_path),
-            "landed_files": landed.files,
-            "mods": landed.mods,
+            "landing_path": MetadataValue.path(read.landing_path),
+            "landed_files": read.landed_chunks - reported.landed_chunks,
+            "mods": read.mods - reported.mods,  # a chunk that landed no file had no mods
             "watermark": MetadataValue.timestamp(chunk.watermark),
             "landed_chunks_so_far": read.landed_chunks,
         },
     )
-
-
-@dataclass
-class Landings:
-    """Files a run landed since it last reported them."""
-
-    files: int = 0
-    mods: int = 0
-    last_path: str = ""
-
-    def add(self, landed: LandedFile) -> None:
-        self.files += 1
-        self.mods += landed.rows
-        self.last_path = landed.path
 
 
 def _yields(run: DagsterRun | None, done: bool, read_s: float, yield_after_s: float) -> bool:

@@ -7,7 +7,6 @@ a child is picked up only once all its parents are FINISHED.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -19,7 +18,6 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionS
 from cs_platform.changestream.reader import PartitionBatch, PartitionReader
 from cs_platform.partition_read import Landing, read_partition
 
-log = logging.getLogger(__name__)
 
 @dataclass
 class RunSummary:
@@ -39,15 +37,13 @@ class LocalRunner:
         soft_timeout: timedelta = timedelta(seconds=10),
         max_parallel: int = 8,
         poll_interval_s: float = 0.2,
-        stream: str | None = None,
     ) -> None:
-        """``landing``: a ``LandingStore`` (files named by partition key, as production names them), or
-        a function each read's chunk is handed to. ``stream``: the name landing files go under
-        (default: the reader's stream)."""
+        """``landing``: a ``LandingStore`` (files under the reader's stream, named by partition key as
+        production names them), or a function each read's chunk is handed to."""
         self.reader = reader
         self.metadata: PartitionMetadataStore = reader.metadata
         self.landing: Landing = Collect(landing) if callable(landing) else landing
-        self.stream = stream or reader.query.stream_name
+        self.stream = reader.query.stream_name
         self.soft_timeout = soft_timeout
         self.max_parallel = max_parallel
         self.poll_interval_s = poll_interval_s
