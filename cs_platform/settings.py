@@ -11,11 +11,10 @@ from __future__ import annotations
 import difflib
 import logging
 import math
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Mapping
-
-from dagster import DagsterInvalidDefinitionError, ScheduleDefinition
 
 from cs_platform.changestream.errors import MalformedRecordError
 from cs_platform.changestream.query import MAX_HEARTBEAT_MILLIS, MIN_HEARTBEAT_MILLIS
@@ -84,12 +83,33 @@ def _names(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()]
 
 
+# A cron schedule as Dagster's schedules take it: five fields (no seconds), each a list of ``*``, a
+# value or a range, with an optional ``/step``; months and weekdays also by name; or an ``@`` alias.
+# Checked here, without Dagster, so a typo fails the load naming its variable; the schedule built
+# from it (``defs/schedules.py``) names it too if Dagster refuses what passes this.
+_CRON_FIELDS = ((0, 59, ()), (0, 23, ()), (1, 31, ()), (1, 12, tuple("jan feb mar apr may jun jul aug sep oct nov dec".split())),
+                (0, 7, tuple("sun mon tue wed thu fri sat".split())))
+_CRON_ALIASES = {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+_CRON_ITEM = re.compile(r"(?:\*|(\w+)(?:-(\w+))?)(?:/(\d+))?")
+
+
 def _cron(text: str) -> str:
-    """A cron schedule as Dagster's schedules take it: checked by building one (public API)."""
-    try:
-        ScheduleDefinition(name="cron_check", cron_schedule=text, job_name="cron_check")
-    except DagsterInvalidDefinitionError as e:
-        raise ValueError("a cron schedule") from e
+    if text.strip().lower() in _CRON_ALIASES:
+        return text
+    fields = text.split()
+    if len(fields) != len(_CRON_FIELDS):
+        raise ValueError("a cron schedule")
+    for field, (low, high, names) in zip(fields, _CRON_FIELDS):
+        for item in field.split(","):
+            match = _CRON_ITEM.fullmatch(item.lower())
+            if match is None or match.group(3) == "0":
+                raise ValueError("a cron schedule")
+            ends = [names.index(v) + low if v in names else int(v) if v.isdigit() else -1 for v in match.group(1, 2) if v]
+            if any(not low <= v <= high for v in ends) or (len(ends) == 2 and ends[0] > ends[1]):
+                raise ValueError("a cron schedule")
+    day, month = fields[2], fields[3]
+    if month in ("2", "feb") and day in ("30", "31"):
+        raise ValueError("a cron schedule")  # never fires: Dagster refuses it
     return text
 
 

@@ -25,6 +25,9 @@ BASE = {"CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i",
         ("CS_PLATFORM_LAKE_INTERVAL_SECONDS", "5", "CS_PLATFORM_LAKE_INTERVAL_SECONDS='5' is not valid: it takes a whole number of seconds from 10 to 3,600"),
         ("CS_PLATFORM_CUT_INTERVAL_SECONDS", "0", "CS_PLATFORM_CUT_INTERVAL_SECONDS='0' is not valid: it takes a number of seconds above 0 and at most 3,600"),
         ("CS_PLATFORM_MAX_LAG_SECONDS", "60", "CS_PLATFORM_MAX_LAG_SECONDS='60' is not valid: it takes a number of seconds from 120 .*: the mirrors' freshness policy warns at half of it"),
+        ("CS_PLATFORM_CLEANUP_CRON", "hourly", r"CS_PLATFORM_CLEANUP_CRON='hourly' is not valid: it takes a cron schedule"),
+        ("CS_PLATFORM_LAKE_MAINTENANCE_CRON", "60 * * * *", r"CS_PLATFORM_LAKE_MAINTENANCE_CRON='60 \* \* \* \*' is not valid: it takes a cron"),
+        ("CS_PLATFORM_CLEANUP_CRON", "0 0 31 feb *", r"CS_PLATFORM_CLEANUP_CRON='0 0 31 feb \*' is not valid: it takes a cron"),
         ("CS_PLATFORM_CHANGE_STREAMS", "Bank Stream", r"change stream name \(CS_PLATFORM_CHANGE_STREAMS\) 'Bank Stream'"),
     ],
 )
@@ -146,3 +149,14 @@ def test_read_mode_reaches_the_reader_and_a_wrong_one_is_named():
     assert configured_resources(BASE)["bank_stream_change_stream"].spanner.target().live_tail is STREAMING  # Cloud Spanner
     with pytest.raises(settings.SettingError, match="CS_PLATFORM_READ_MODE='stream' is not valid: it takes one of auto, streaming, polling"):
         configured_resources({**BASE, "CS_PLATFORM_READ_MODE": "stream"})
+
+
+def test_a_cron_dagster_refuses_is_named_by_its_setting():
+    """The schedule is the last word on a cron (the settings' check is plain Python): its refusal
+    too names the variable."""
+    from dagster import AssetKey
+
+    from cs_platform.defs.schedules import scheduled_job
+
+    with pytest.raises(settings.SettingError, match=r"^CS_PLATFORM_CLEANUP_CRON='every hour' is not valid: Dagster refuses it"):
+        scheduled_job("stream_cleanup", AssetKey("cleanup"), "every hour", "CS_PLATFORM_CLEANUP_CRON", "A pass")
