@@ -21,8 +21,9 @@ from dagster import (
     sensor,
 )
 
-from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionState, utc_now
-from cs_platform.changestream.retention import RetentionLevel, watch_retention
+from cs_platform import partition_detection
+from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN
+from cs_platform.changestream.retention import RetentionLevel
 from cs_platform.defs.cleanup import cleanup_definitions
 from cs_platform.defs.lake_assets import lake_definitions
 from cs_platform.defs.lake_maintenance import lake_maintenance_definitions
@@ -30,8 +31,9 @@ from cs_platform.defs.mirror_rebuild import mirror_rebuild_definitions
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
-from cs_platform.defs.runs import ask_to_yield, live_runs_by_partition, queued_runs_allowed, seconds_since_progress
+from cs_platform.defs.runs import PARTITION_TAG, ask_to_yield, live_runs_by_partition, queued_runs_allowed, seconds_since_progress
 from cs_platform.launches import LaunchPlanner, SensorCursor
+from cs_platform.partition_detection import LiveRead
 from cs_platform.settings import env_name
 
 STREAM_TAG = "cs_platform/stream"
@@ -117,6 +119,8 @@ def detect_partitions(
     change_stream: ChangeStreamResource,
     landing_resource: LandingResource,
 ) -> SensorResult:
+    """The sensor's tick: ``partition_detection.detect_partitions`` decides; this translates
+    Dagster's run records in, and its decisions out (failed runs, run requests, yield tags, logs)."""
     store = change_stream.metadata_store()
     cursor = SensorCursor.load(context.cursor)
     if not cursor.initialized:
@@ -130,40 +134,33 @@ def detect_partitions(
         landing_resource.store(change_stream.source_identity()).bind(names.stream)
 
     now = time.time()
-    live = live_runs_by_partition(context.instance, names.job, names.asset_key)
-    for key, records in list(live.items()):
-        alive = []
-        for record in records:
-            quiet = seconds_since_progress(record, now)
-            if quiet is not None and quiet > change_stream.stale_run_seconds:
-                context.instance.report_run_failed(
-                    record.dagster_run,
-                    f"presumed dead by {names.sensor}: no landing for {quiet:.0f}s (since its start or its last "
-                    f"landing), longer than stale_run_seconds={change_stream.stale_run_seconds:g}; partition {key} "
-                    "will be re-launched",
-                )
-            else:
-                alive.append(record)
-        if not alive:
-            del live[key]
-
-    unfinished = store.unfinished()  # the tick's one metadata query: everything below follows from it
-    watch = watch_retention(unfinished, change_stream.retention_period, utc_now())
+    records = {record.dagster_run.run_id: record for runs in live_runs_by_partition(context.instance, names.job, names.asset_key).values() for record in runs}
+    live = [LiveRead(run_id, record.dagster_run.tags[PARTITION_TAG], seconds_since_progress(record, now)) for run_id, record in records.items()]
+    detection = partition_detection.detect_partitions(
+        store,
+        live,
+        cursor.launched,
+        LaunchPlanner(change_stream.max_parallel_reads, change_stream.retry_backoff_seconds),
+        stale_run_seconds=change_stream.stale_run_seconds,
+        retention_period=change_stream.retention_period,
+        now=now,
+    )
+    for read in detection.presumed_dead:
+        context.instance.report_run_failed(
+            records[read.run_id].dagster_run,
+            f"presumed dead by {names.sensor}: no landing for {read.quiet_seconds:.0f}s (since its start or its last "
+            f"landing), longer than stale_run_seconds={change_stream.stale_run_seconds:g}; partition {read.partition_key} "
+            "will be re-launched",
+        )
+    watch = detection.retention
     if watch.level is not RetentionLevel.OK:
         (context.log.error if watch.level is RetentionLevel.ERROR else context.log.warning)(watch.describe(names.stream))
-    expired = {p.token for p in watch.expired}  # their reads cannot succeed: launching them again only fails
-    active = [
-        p for p in unfinished.in_states(PartitionState.SCHEDULED, PartitionState.RUNNING) + unfinished.schedulable if p.token not in expired
-    ]
-    if not unfinished.partitions:
+    if detection.plan is None:
         return SensorResult(
             skip_reason=f"every partition of {names.stream} is FINISHED (end timestamp {change_stream.end_timestamp} reached)",
             cursor=SensorCursor(True, {}).dump(),
         )
-    planner = LaunchPlanner(change_stream.max_parallel_reads, change_stream.retry_backoff_seconds)
-    plan = planner.plan(active, set(live), cursor.launched, now)
-    new = [launch.partition.token for launch in plan.launches if launch.reason == "new"]
-    store.transition(new, PartitionState.SCHEDULED)
+    plan = detection.plan
     requests = [
         RunRequest(
             run_key=launch.run_key,
@@ -177,7 +174,8 @@ def detect_partitions(
     if plan.starved:
         # Rotate: live runs end at their next landing after yield_after_seconds, and the slots go to
         # the partitions furthest behind on the next ticks.
-        asked = ask_to_yield(context.instance, live)
+        dead = {read.run_id for read in detection.presumed_dead}
+        asked = ask_to_yield(context.instance, [record for run_id, record in records.items() if run_id not in dead])
         if asked:
             context.log.info(
                 f"{plan.starved} partition(s) wait for a run slot: asked {asked} live run(s) to yield after "
@@ -191,12 +189,7 @@ def detect_partitions(
                 f"max_concurrent_runs): {plan.starved} partition(s) wait for slots it never grants. Raise the run queue's "
                 f"limits to at least {change_stream.max_parallel_reads}, or lower the setting (docs/dagster.md, Concurrency)"
             )
-    low = unfinished.low_watermark
-    summary = (
-        f"{len(requests)} launched, {len(live)} running, {plan.waiting} waiting"
-        + (f", {len(expired)} expired (not launched: see the change_stream_retention check)" if expired else "")
-        + f"; low watermark {low.isoformat() if low else 'n/a'}"
-    )
+    summary = detection.summary()
     if requests:
         context.log.info(summary)
     return SensorResult(

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterable, Iterator
 
 from dagster import (
     AssetKey,
@@ -75,18 +75,17 @@ def mark_progress(instance: DagsterInstance, run_id: str) -> None:
     instance.add_run_tags(run_id, {PROGRESS_TAG: f"{time.time():.3f}"})
 
 
-def ask_to_yield(instance: DagsterInstance, live: dict[str, list[RunRecord]]) -> int:
+def ask_to_yield(instance: DagsterInstance, live: Iterable[RunRecord]) -> int:
     """Tag every live reader run that is not yet asked to yield its slot; returns how many were asked.
 
     A tag rather than a cancel: the run ends on its own between two landings, with its last chunk
     durable and its watermark persisted, so a yield costs one run start and never a re-read."""
     asked = 0
-    for records in live.values():
-        for record in records:
-            run = record.dagster_run
-            if YIELD_TAG not in run.tags and run.status is not DagsterRunStatus.CANCELING:
-                instance.add_run_tags(run.run_id, {YIELD_TAG: "true"})
-                asked += 1
+    for record in live:
+        run = record.dagster_run
+        if YIELD_TAG not in run.tags and run.status is not DagsterRunStatus.CANCELING:
+            instance.add_run_tags(run.run_id, {YIELD_TAG: "true"})
+            asked += 1
     return asked
 
 
