@@ -1,24 +1,8 @@
-"""Cleanup of one stream, as a Dagster asset with its own schedule: what a stream leaves behind.
-
-A stream that runs for months leaves a FINISHED metadata row and a dynamic partition key per
-partition, a run per read and a landing file per read that landed anything. Each pass removes, by
-retention (``RetentionResource``):
-
-1. FINISHED metadata rows, never a parent of an unfinished row (``delete_finished``);
-2. the dynamic partition keys whose partition is no longer in the metadata table: found by looking
-   the keys up, not from step 1's result, so a pass killed between the two steps is finished by
-   the next one. Their materializations stay in the event log (until their runs are deleted);
-3. reader and lake runs that ended before the run retention, with their event logs (a lake run
-   lives up to CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS and records every cut it publishes);
-4. landing files the changelog has ingested (its marks, from the lake's Delta log) whose watermark
-   is older than the landing retention. A file the changelog has not ingested is never removed.
-
-Every step deletes only what is safe to delete at any moment, so a pass may be killed anywhere
-and run again.
-"""
+"""Cleanup of one stream as a Dagster asset with its own schedule. The pass and its order are
+``cs_platform.cleanup``; this gives it Dagster's run storage and the resources' settings."""
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 from dagster import (
     AssetExecutionContext,
@@ -30,81 +14,40 @@ from dagster import (
     asset,
 )
 
-from cs_platform.changestream.metadata import PartitionMetadataStore
+from cs_platform.cleanup import CleanupResult, Retention, clean_up
 from cs_platform.defs.names import ChangeStreamNames
-from cs_platform.defs.resources import ChangeStreamResource, LakeResource, LandingResource, RetentionResource
 from cs_platform.defs.runs import ENDED_RUN_STATUSES
 from cs_platform.defs.schedules import scheduled_job
-from cs_platform.landing.store import RemovedLanding
 
-RUNS_PER_PASS = 20_000  # a pass deletes at most this many runs; the next pass goes on
+RUNS_PER_PASS = 20_000  # a pass deletes at most this many runs per job; the next pass goes on
 
 
 @dataclass(frozen=True)
-class CleanupResult:
-    partitions_removed: int
-    partition_keys_removed: int
-    runs_removed: int
-    runs_left: int  # ended before the retention, left for the next pass (RUNS_PER_PASS)
-    landing: RemovedLanding
+class DagsterRunRecords:
+    """``cleanup.RunRecords`` on a Dagster instance: the stream's dynamic partition keys and runs.
+    A deleted run takes its event log (its materializations) with it."""
 
+    instance: DagsterInstance
+    partitions_def: str
 
-def remove_orphan_keys(instance: DagsterInstance, partitions_def: str, store: PartitionMetadataStore) -> int:
-    """Delete the dynamic partition keys whose partition is gone from the metadata table."""
-    keys = instance.get_dynamic_partitions(partitions_def)
-    orphans = sorted(set(keys) - store.existing_keys(keys))
-    for key in orphans:
-        instance.delete_dynamic_partition(partitions_def, key)
-    return len(orphans)
+    def partition_keys(self) -> list[str]:
+        return list(self.instance.get_dynamic_partitions(self.partitions_def))
 
+    def delete_partition_key(self, key: str) -> None:
+        self.instance.delete_dynamic_partition(self.partitions_def, key)
 
-def remove_ended_runs(instance: DagsterInstance, job_name: str, ended_before: datetime) -> tuple[int, int]:
-    """Delete runs of ``job_name`` that ended before ``ended_before``; returns (removed, left)."""
-    old = RunsFilter(job_name=job_name, statuses=ENDED_RUN_STATUSES, updated_before=ended_before)
-    records = instance.get_run_records(old, limit=RUNS_PER_PASS, ascending=True)
-    for record in records:
-        instance.delete_run(record.dagster_run.run_id)
-    return len(records), instance.get_runs_count(old)
-
-
-def clean_up(
-    instance: DagsterInstance,
-    change_stream: ChangeStreamResource,
-    landing: LandingResource,
-    lake: LakeResource,
-    retention: RetentionResource,
-    partitions_def: str,
-    jobs: tuple[str, ...],
-    log,
-) -> CleanupResult:
-    store = change_stream.metadata_store()
-    stream = change_stream.stream_name
-    removed = store.delete_finished(retention.metadata)
-    log.info(f"removed {len(removed)} FINISHED partitions from {store.table}")
-    keys_removed = remove_orphan_keys(instance, partitions_def, store)
-    log.info(f"removed {keys_removed} dynamic partition keys of {partitions_def}")
-    now = datetime.now(timezone.utc)
-    runs_removed = runs_left = 0
-    for job in jobs:  # the reader's, then the lake's
-        removed_now, left = remove_ended_runs(instance, job, now - retention.runs)
-        log.info(f"deleted {removed_now} runs of {job} that ended before {(now - retention.runs).isoformat()} ({left} left)")
-        runs_removed, runs_left = runs_removed + removed_now, runs_left + left
-    from cs_platform.lake.published import ingested_landing  # reads Delta logs with pyarrow: only when a pass runs, not in reader runs
-
-    live_keys = {p.key for p in store.unfinished().partitions}
-    marks = ingested_landing(lake.stream_root(stream))
-    files = landing.store().remove_ingested(stream, marks, now - retention.landing, live_keys)
-    log.info(
-        f"removed {files.files} ingested landing files ({files.bytes} bytes) and {files.directories} directories; "
-        f"kept {files.kept_not_ingested} not yet ingested and {files.kept_recent} within the retention"
-    )
-    return CleanupResult(len(removed), keys_removed, runs_removed, runs_left, files)
+    def delete_ended_runs(self, job: str, ended_before: datetime) -> tuple[int, int]:
+        old = RunsFilter(job_name=job, statuses=ENDED_RUN_STATUSES, updated_before=ended_before)
+        records = self.instance.get_run_records(old, limit=RUNS_PER_PASS, ascending=True)
+        for record in records:
+            self.instance.delete_run(record.dagster_run.run_id)
+        return len(records), self.instance.get_runs_count(old)
 
 
 def cleanup_definitions(names: ChangeStreamNames, cron: str) -> Definitions:
     """The cleanup asset of one stream, its job and its schedule."""
-    slug, stream, resource_key, partitions_def = names.slug, names.stream, names.resource_key, names.partitions
-    jobs, key = (names.job, names.lake_job), AssetKey([slug, "cleanup"])
+    slug, stream, resource_key = names.slug, names.stream, names.resource_key
+    key = AssetKey([slug, "cleanup"])
 
     @asset(
         key=key,
@@ -118,14 +61,15 @@ def cleanup_definitions(names: ChangeStreamNames, cron: str) -> Definitions:
         ),
     )
     def stream_cleanup(context: AssetExecutionContext) -> MaterializeResult:
+        retention = context.resources.retention.validated()
         result = clean_up(
-            context.instance,
-            getattr(context.resources, resource_key).validated(),
-            context.resources.landing,
-            context.resources.lake,
-            context.resources.retention.validated(),
-            partitions_def,
-            jobs,
+            stream,
+            getattr(context.resources, resource_key).validated().metadata_store(),
+            DagsterRunRecords(context.instance, names.partitions),
+            (names.job, names.lake_job),
+            context.resources.landing.store(),
+            context.resources.lake.stream_root(stream),
+            Retention(retention.metadata, retention.runs, retention.landing),
             context.log,
         )
         return MaterializeResult(metadata=cleanup_metadata(result))
