@@ -10,7 +10,18 @@ from __future__ import annotations
 
 
 class CsPlatformError(Exception):
-    """Base of every error this project raises."""
+    """Base of every error this project raises.
+
+    ``fixed_by`` names what the caller passed that would fix the error, in the raising code's own
+    words, so that the reader core knows no setting: ``stream``, ``start``, ``end`` (the stream's
+    name and time range), ``timeout`` (Spanner's deadline) and ``start_over`` (the stream must be
+    started anew). The layer that turns settings into those arguments adds the settings' names and
+    the command (``cs_platform.settings.naming_settings``).
+    """
+
+    def __init__(self, *args: object, fixed_by: tuple[str, ...] = ()) -> None:
+        super().__init__(*args)
+        self.fixed_by = fixed_by
 
 
 class TransientError(CsPlatformError):

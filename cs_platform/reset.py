@@ -15,13 +15,23 @@ import sys
 
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.pipeline import reset_stream
+from cs_platform.settings import naming_settings
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    with naming_settings(args.stream):
+        return reset(args)
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m cs_platform.reset", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("stream", help="the change stream to reset, as in CS_PLATFORM_CHANGE_STREAMS")
     parser.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def reset(args: argparse.Namespace) -> int:
     resources = configured_resources({**os.environ, "CS_PLATFORM_CHANGE_STREAMS": args.stream})
     change_stream = resources[change_stream_resource_key(args.stream)]
     store = change_stream.metadata_store()

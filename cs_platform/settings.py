@@ -12,15 +12,16 @@ import difflib
 import logging
 import math
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from cs_platform.changestream.errors import MalformedRecordError
 from cs_platform.changestream.query import MAX_HEARTBEAT_MILLIS, MIN_HEARTBEAT_MILLIS
 from cs_platform.changestream.reader import DEFAULT_CHUNK_INTERVAL, DEFAULT_CHUNK_MODS
 from cs_platform.changestream.values import parse_timestamp
-from cs_platform.errors import InvalidArgumentError
+from cs_platform.errors import CsPlatformError, InvalidArgumentError
 from cs_platform.lake.history_schema import HistoryPolicy
 
 log = logging.getLogger(__name__)
@@ -290,3 +291,41 @@ def warn_unknown(environ: Mapping[str, str]) -> dict[str, str | None]:
 def env_name(field: str) -> str:
     """The environment variable that sets a resource field (the field name if none does)."""
     return ENV_OF_FIELD.get(field, field)
+
+
+# What the code below the settings calls its arguments (``CsPlatformError.fixed_by``) -> the setting
+# that gives each.
+SETTING_OF_ARGUMENT = {
+    "stream": "CS_PLATFORM_CHANGE_STREAMS",
+    "start": "CS_PLATFORM_START_TIMESTAMP",
+    "end": "CS_PLATFORM_END_TIMESTAMP",
+    "timeout": "CS_PLATFORM_SPANNER_TIMEOUT_SECONDS",
+}
+
+
+def start_over(stream: str) -> str:
+    """The command that starts ``stream`` over, with where it is documented."""
+    return f"python -m cs_platform.reset {stream}, see docs/settings.md, Start, end and reset"
+
+
+def remedy(fixed_by: tuple[str, ...], stream: str) -> str:
+    """The settings and the command that fix an error whose ``fixed_by`` is this."""
+    named = [SETTING_OF_ARGUMENT[argument] for argument in fixed_by if argument in SETTING_OF_ARGUMENT]
+    parts = [f"Settings: {', '.join(named)} (docs/settings.md)."] if named else []
+    if "start_over" in fixed_by:
+        parts.append(f"To start over: {start_over(stream)}.")
+    return " ".join(parts)
+
+
+@contextmanager
+def naming_settings(stream: str) -> Iterator[None]:
+    """Around code that runs on the settings of ``stream``: an error raised below it that a setting
+    fixes gets that setting's name (and the command, if the stream must start over) added to its
+    message; the same error, re-raised."""
+    try:
+        yield
+    except CsPlatformError as e:
+        if e.fixed_by and e.args and isinstance(e.args[0], str):
+            e.args = (f"{e.args[0]} {remedy(e.fixed_by, stream)}", *e.args[1:])
+            e.fixed_by = ()  # named once, however many layers wrap it
+        raise

@@ -13,6 +13,7 @@ from cs_platform.changestream.metadata import utc_now
 from cs_platform.defs.resources import configured_resources
 from cs_platform.lake.cuts import Lake
 from cs_platform.pipeline import advance_lake
+from cs_platform.settings import naming_settings
 from cs_platform.stream_state import source_identity
 
 
@@ -31,8 +32,9 @@ def test_reset_starts_a_stream_over_after_confirmation(bank_stream, dagster_inst
 
     # A new start on the existing table is refused, naming both starts and the reset.
     new_start = utc_now()
-    with pytest.raises(SettingsDriftError, match="CS_PLATFORM_START_TIMESTAMP=.* but metadata table BankStreamMetadata has .*cs_platform.reset"):
-        bank_stream.store.initialize(new_start, None, 500)
+    with pytest.raises(SettingsDriftError, match="start .* but metadata table BankStreamMetadata has .*python -m cs_platform.reset BankStream"):
+        with naming_settings("BankStream"):  # as the sensor's first tick calls it (test_first_tick)
+            bank_stream.store.initialize(new_start, None, 500)
 
     refused = reset()
     assert refused.returncode == 2 and "refusing without confirmation" in refused.stderr

@@ -32,8 +32,8 @@ def require_change_stream(database: Database, stream: str, timeout_s: float = 30
     if stream not in found:
         raise UnknownChangeStreamError(
             f"change stream {stream!r} does not exist in database {database.database_id!r} (it has: "
-            f"{', '.join(found) or 'none'}): create it (CREATE CHANGE STREAM {stream} FOR …) or fix "
-            "CS_PLATFORM_CHANGE_STREAMS"
+            f"{', '.join(found) or 'none'}): create it (CREATE CHANGE STREAM {stream} FOR …) or fix the stream's name.",
+            fixed_by=("stream",),
         )
 
 
@@ -187,7 +187,8 @@ def _watched_columns(database: Database, stream: str, schema: dict[str, list[dic
     if stream not in streams:
         raise UnknownChangeStreamError(
             f"change stream {stream!r} does not exist in database {database.database_id!r} (it has: "
-            f"{', '.join(sorted(streams)) or 'none'}): create it or fix CS_PLATFORM_CHANGE_STREAMS"
+            f"{', '.join(sorted(streams)) or 'none'}): create it or fix the stream's name.",
+            fixed_by=("stream",),
         )
     user_tables = sorted(qualified(r) for r in schema["tables"] if _user(r) and r["table_type"] == "BASE TABLE")
     if _yes(streams[stream]["all"]):

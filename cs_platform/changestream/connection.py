@@ -44,7 +44,7 @@ class SpannerTarget:
     instance: str
     database: str
     emulator_host: str | None = None
-    timeout_s: float = 20.0  # deadline of the calls that find the database (CS_PLATFORM_SPANNER_TIMEOUT_SECONDS)
+    timeout_s: float = 20.0  # deadline of the calls that find the database
     read_mode: str = "auto"  # streaming, polling, or auto: polling on an emulator, else streaming
 
     def __post_init__(self) -> None:
@@ -137,7 +137,8 @@ class SpannerTarget:
         except (gexc.ServiceUnavailable, gexc.DeadlineExceeded, gexc.RetryError) as e:
             raise SpannerUnreachableError(
                 f"{self.where} did not answer within {self.timeout_s:g}s ({type(e).__name__}): check the address and "
-                "network, or raise CS_PLATFORM_SPANNER_TIMEOUT_SECONDS"
+                "network, or give it a longer timeout.",
+                fixed_by=("timeout",),
             ) from e
         return True
 

@@ -276,17 +276,15 @@ class PartitionMetadataStore:
             return True
         existing = self.get(INITIAL_PARTITION_TOKEN)
         drift = [
-            f"{setting}={configured.isoformat()} but metadata table {self.table} has {kept.isoformat() if kept else 'none'}"
-            for setting, configured, kept in (
-                ("CS_PLATFORM_START_TIMESTAMP", start, existing.start_timestamp),
-                ("CS_PLATFORM_END_TIMESTAMP", end, existing.end_timestamp),
-            )
+            (name, f"{name} {configured.isoformat()} but metadata table {self.table} has {kept.isoformat() if kept else 'none'}")
+            for name, configured, kept in (("start", start, existing.start_timestamp), ("end", end, existing.end_timestamp))
             if configured is not None and configured != kept
         ]
         if drift:
             raise SettingsDriftError(
-                f"the stream was started with other settings: {'; '.join(drift)}. Set them back to the table's "
-                "values, or reset the stream to start over with the new ones (python -m cs_platform.reset, see docs/settings.md)"
+                f"the stream was started with another time range: {'; '.join(text for _, text in drift)}. Give the "
+                "table's values back, or start the stream over with the new ones.",
+                fixed_by=(*(name for name, _ in drift), "start_over"),
             )
         return False
 
@@ -409,7 +407,7 @@ class PartitionMetadataStore:
         unfinished rows and the initial partition; returns the partition keys deleted.
 
         The initial partition's row stays for the stream's life: it holds the stream's start, end
-        and heartbeat (``initialize`` compares the settings with it) and its creation time is the
+        and heartbeat (``initialize`` compares what it is given with it) and its creation time is the
         epoch of the stream's identity (``stream_state.source_identity``).
 
         Linear in the table: one snapshot reads the unfinished rows and the old FINISHED ones, then
@@ -513,7 +511,7 @@ class PartitionMetadataStore:
 
     def count_finished(self) -> int:
         """How many partitions are FINISHED: the State index's keys over that state, counted (cleanup
-        keeps them to CS_PLATFORM_METADATA_RETENTION_SECONDS' worth)."""
+        keeps them as long as its caller asks, ``delete_finished``)."""
         finished = spanner.KeySet(ranges=[spanner.KeyRange(start_closed=[PartitionState.FINISHED.value], end_closed=[PartitionState.FINISHED.value])])
         with self.database.snapshot() as snap:
             rows = snap.read(self.table, ["PartitionToken"], finished, index=f"{self.table}ByState", timeout=self.timeout_s, request_options=self.options)

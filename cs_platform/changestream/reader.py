@@ -85,8 +85,8 @@ CLOCK_SKEW_ALLOWANCE = timedelta(seconds=2)
 MAX_QUERY_AHEAD = timedelta(minutes=25)
 # A window whose result the server could not hold is halved, down to this.
 MIN_WINDOW = timedelta(milliseconds=100)
-# A run lands its read in chunks of about this many mods (CS_PLATFORM_LANDING_CHUNK_MODS), and at
-# least this often while its watermark moves (CS_PLATFORM_LANDING_INTERVAL_SECONDS).
+# A run lands its read in chunks of about this many mods, and at least this often while its
+# watermark moves (the defaults of the settings that choose them).
 DEFAULT_CHUNK_MODS = 20_000
 DEFAULT_CHUNK_INTERVAL = timedelta(seconds=2)
 
@@ -240,7 +240,8 @@ def translate_error(error: gexc.GoogleAPICallError, stream: str, key: str, start
     if isinstance(error, gexc.InvalidArgument) and "Table-valued function not found" in text:
         return UnknownChangeStreamError(
             f"change stream {stream!r} does not exist in the database: create it "
-            f"(CREATE CHANGE STREAM {stream} FOR …) or fix the stream name setting"
+            f"(CREATE CHANGE STREAM {stream} FOR …) or fix the stream's name.",
+            fixed_by=("stream",),
         )
     if isinstance(error, gexc.InvalidArgument) and "partition_token" in text:
         return InvalidPartitionTokenError(

@@ -32,12 +32,11 @@ class RetentionLevel(str, enum.Enum):
     ERROR = "error"  # some watermark is older than ERROR_FRACTION of it, or already expired
 
 
-def way_out(stream: str) -> str:
-    return (
-        f"Find out why the oldest partitions stopped (their runs' logs), and fix it while there is time. If records "
-        f"have expired, the way out is a new start: python -m cs_platform.reset {stream} (docs/settings.md, Start, end and reset); "
-        "the new start snapshots the source, so the mirrors are whole again, without the changes in between."
-    )
+WAY_OUT = (
+    "Find out why the oldest partitions stopped (their runs' logs), and fix it while there is time. If records "
+    "have expired, the way out is to start the stream over ({start_over}); the new start snapshots the source, so "
+    "the mirrors are whole again, without the changes in between."
+)
 
 
 @dataclass(frozen=True)
@@ -59,8 +58,8 @@ class RetentionWatch:
     def oldest_age(self) -> timedelta | None:
         return None if self.low_watermark is None else self.now - self.low_watermark
 
-    def describe(self, stream: str) -> str:
-        """One line a person can act on."""
+    def describe(self, stream: str, start_over: str) -> str:
+        """One line a person can act on; ``start_over``: how this stream is started over."""
         if self.level is RetentionLevel.OK:
             age = "none unfinished" if self.oldest_age is None else f"oldest watermark {_hours(self.oldest_age)} old"
             return f"stream {stream}: no unread record near expiry ({age})"
@@ -77,7 +76,7 @@ class RetentionWatch:
                          f"({_hours(max(left, timedelta(0)))} left for the oldest): {_keys(self.near_expiry)}")
         if self.past_half:
             parts.append(f"{len(self.past_half)} past half the retention: {_keys(self.past_half)}")
-        return "; ".join(parts) + ". " + way_out(stream)
+        return "; ".join(parts) + ". " + WAY_OUT.format(start_over=start_over)
 
 
 def watch_retention(

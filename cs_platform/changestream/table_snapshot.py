@@ -61,7 +61,8 @@ def check_retention(database: Database, read_timestamp: datetime, what: str) -> 
             f"{database.database_id!r} keeps versions for only {kept.total_seconds():.0f} s (version_retention_period): "
             f"nothing was written. Raise it (ALTER DATABASE `{database.database_id}` SET OPTIONS "
             "(version_retention_period = '7d')) before starting a stream with an older start, or start the "
-            "stream anew with a newer start (CS_PLATFORM_START_TIMESTAMP, or none: the first tick)."
+            "stream over with a newer start (or none: the first read's time).",
+            fixed_by=("start", "start_over"),
         )
 
 
@@ -104,7 +105,8 @@ def _named_errors(read_timestamp: datetime, table: str) -> Iterator[None]:
             raise
         raise SnapshotTooOldError(
             f"Spanner no longer serves reads at {read_timestamp.isoformat()} ({e.message}): raise the database's "
-            "version_retention_period or start the stream anew with a newer start; nothing was written"
+            "version_retention_period or start the stream over with a newer start; nothing was written.",
+            fixed_by=("start", "start_over"),
         ) from e
     except (gexc.NotFound, gexc.InvalidArgument) as e:
         if "not found" not in str(e).lower():

@@ -34,7 +34,7 @@ from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import PARTITION_TAG, ask_to_yield, live_runs_by_partition, queued_runs_allowed, seconds_since_progress
 from cs_platform.launches import LaunchPlanner, SensorCursor
 from cs_platform.partition_detection import LiveRead
-from cs_platform.settings import env_name
+from cs_platform.settings import env_name, naming_settings, start_over
 
 STREAM_TAG = "cs_platform/stream"
 READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
@@ -72,7 +72,8 @@ def change_stream_definitions(
     )
     def landed_changes(context: AssetExecutionContext) -> MaterializeResult:
         change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
-        return read_and_land(context, names.job, change_stream, context.resources.landing)
+        with naming_settings(stream):
+            return read_and_land(context, names.job, change_stream, context.resources.landing)
 
     job = define_asset_job(
         names.job,
@@ -98,7 +99,8 @@ def change_stream_definitions(
     )
     def partition_sensor(context: SensorEvaluationContext):
         change_stream: ChangeStreamResource = getattr(context.resources, names.resource_key).validated()
-        return detect_partitions(context, names, partitions, change_stream, context.resources.landing)
+        with naming_settings(stream):
+            return detect_partitions(context, names, partitions, change_stream, context.resources.landing)
 
     tables = DynamicPartitionsDefinition(name=names.tables)
     return Definitions.merge(
@@ -154,7 +156,7 @@ def detect_partitions(
         )
     watch = detection.retention
     if watch.level is not RetentionLevel.OK:
-        (context.log.error if watch.level is RetentionLevel.ERROR else context.log.warning)(watch.describe(names.stream))
+        (context.log.error if watch.level is RetentionLevel.ERROR else context.log.warning)(watch.describe(names.stream, start_over(names.stream)))
     if detection.plan is None:
         return SensorResult(
             skip_reason=f"every partition of {names.stream} is FINISHED (end timestamp {change_stream.end_timestamp} reached)",

@@ -18,6 +18,7 @@ from cs_platform.cleanup import CleanupResult, Retention, clean_up
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.runs import ENDED_RUN_STATUSES
 from cs_platform.defs.schedules import scheduled_job
+from cs_platform.settings import naming_settings
 
 RUNS_PER_PASS = 20_000  # a pass deletes at most this many runs per job; the next pass goes on
 
@@ -62,16 +63,17 @@ def cleanup_definitions(names: ChangeStreamNames, cron: str) -> Definitions:
     )
     def stream_cleanup(context: AssetExecutionContext) -> MaterializeResult:
         retention = context.resources.retention.validated()
-        result = clean_up(
-            stream,
-            getattr(context.resources, resource_key).validated().metadata_store(),
-            DagsterRunRecords(context.instance, names.partitions),
-            (names.job, names.lake_job),
-            context.resources.landing.store(),
-            context.resources.lake.stream_root(stream),
-            Retention(retention.metadata, retention.runs, retention.landing),
-            context.log,
-        )
+        with naming_settings(stream):
+            result = clean_up(
+                stream,
+                getattr(context.resources, resource_key).validated().metadata_store(),
+                DagsterRunRecords(context.instance, names.partitions),
+                (names.job, names.lake_job),
+                context.resources.landing.store(),
+                context.resources.lake.stream_root(stream),
+                Retention(retention.metadata, retention.runs, retention.landing),
+                context.log,
+            )
         return MaterializeResult(metadata=cleanup_metadata(result))
 
     what = f"One cleanup pass over stream {stream}: finished partitions, their keys, old runs, ingested landing files"

@@ -69,6 +69,7 @@ from cs_platform.defs.runs import (
     stop_if_presumed_dead,
 )
 from cs_platform.reporting import Cadence, liveness_beat_seconds
+from cs_platform.settings import naming_settings, start_over
 from cs_platform.stream_state import StreamPosition, stream_cut
 
 if TYPE_CHECKING:
@@ -225,7 +226,7 @@ def lake_definitions(
                 record(assets.report(covered, lake, store, change_stream, lake_settings.max_lag_seconds, last=False), checks=False)
 
         try:
-            with drain_on_interrupt(stop), marking_progress(context.instance, context.run_id, beat):
+            with naming_settings(stream), drain_on_interrupt(stop), marking_progress(context.instance, context.run_id, beat):
                 cuts = keep_cutting(
                     lake, context.resources.landing.store(), store, target, stream, seconds, lake_settings.cut_interval_seconds, stop, still_ours
                 )
@@ -285,8 +286,9 @@ def lake_definitions(
     )
     def lake_sensor(context: SensorEvaluationContext):
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
-        cut = stream_cut(change_stream.metadata_store())
-        watched = set(watched_table_names(change_stream.source_database(), stream))
+        with naming_settings(stream):
+            cut = stream_cut(change_stream.metadata_store())
+            watched = set(watched_table_names(change_stream.source_database(), stream))
         new = sorted(watched - set(context.instance.get_dynamic_partitions(tables.name)))
         added = [tables.build_add_request(new)] if new else []
         decision = plan_lake_run(context, job.name, stream, cut, interval_seconds, change_stream.stale_run_seconds)
@@ -529,7 +531,7 @@ def _check(name: str, passed: bool, metadata: dict, severity: AssetCheckSeverity
 
 def retention_check(watch: RetentionWatch, stream: str) -> AssetCheckResult:
     metadata = {
-        "status": watch.describe(stream),
+        "status": watch.describe(stream, start_over(stream)),
         "oldest_watermark_age_hours": None if watch.oldest_age is None else round(watch.oldest_age.total_seconds() / 3600, 2),
         "retention_hours": None if watch.retention is None else round(watch.retention.total_seconds() / 3600, 2),
         "partitions_past_half": len(watch.past_half),

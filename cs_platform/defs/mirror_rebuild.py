@@ -23,6 +23,7 @@ from dagster import (
 from cs_platform.defs.lake_assets import LAKE_TAG
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
+from cs_platform.settings import naming_settings
 
 
 def mirror_rebuild_definitions(names: ChangeStreamNames, tables: DynamicPartitionsDefinition) -> Definitions:
@@ -49,7 +50,8 @@ def mirror_rebuild_definitions(names: ChangeStreamNames, tables: DynamicPartitio
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         lake_settings: LakeResource = context.resources.lake
         lake = lake_settings.lake(context.resources.pyspark.spark_session, stream)
-        result = rebuild_mirrors(lake, change_stream.spanner.target(), stream, [context.partition_key])
+        with naming_settings(stream):
+            result = rebuild_mirrors(lake, change_stream.spanner.target(), stream, [context.partition_key])
         context.log.info(f"rebuilt {context.partition_key} at cut {result.cut.isoformat()}: {result.rows[context.partition_key]} rows")
         return MaterializeResult(
             metadata={

@@ -61,8 +61,8 @@ def test_watermarks_past_half_then_past_80_percent_then_past_the_retention(strea
     assert [p.token for p in watch.near_expiry] == ["near-expiry"]
     assert [p.token for p in watch.expired] == ["expired"]
     assert watch.level is RetentionLevel.ERROR
-    text = watch.describe("Kept36h")
-    assert "36.0h (retention_period)" in text and "python -m cs_platform.reset Kept36h" in text
+    text = watch.describe("Kept36h", "the command")
+    assert "36.0h (retention_period)" in text and "start the stream over (the command)" in text
     assert store.get("expired").key in text
 
     store.record_progress("expired", utc_now(), finished=True, owner=None)

@@ -35,9 +35,19 @@ def test_a_dead_emulator_host_fails_within_30_seconds_naming_the_setting(bank_st
 def test_a_stream_that_does_not_exist_fails_the_first_tick(bank_stream, dagster_instance, monkeypatch):
     monkeypatch.setenv("CS_PLATFORM_CHANGE_STREAMS", "NoSuchStream")
     bank_stream.stream = "NoSuchStream"
-    with pytest.raises(Exception, match=r"change stream 'NoSuchStream' does not exist in database .*it has: BankStream.*CS_PLATFORM_CHANGE_STREAMS"):
+    with pytest.raises(Exception, match=r"change stream 'NoSuchStream' does not exist in database .*it has: BankStream.*Settings: CS_PLATFORM_CHANGE_STREAMS"):
         first_tick(bank_stream, dagster_instance)
     assert not bank_stream.store.table_exists()  # nothing was initialized for it
+
+
+def test_a_start_and_end_that_changed_since_the_stream_began_name_their_settings_and_the_reset(bank_stream, dagster_instance):
+    first_tick(bank_stream, dagster_instance)  # initializes the stream with this start and end
+    with pytest.raises(
+        Exception,
+        match=r"another time range: start .* but metadata table BankStreamMetadata has .*; end .*\. Settings: "
+        r"CS_PLATFORM_START_TIMESTAMP, CS_PLATFORM_END_TIMESTAMP \(docs/settings.md\)\. To start over: python -m cs_platform.reset BankStream",
+    ):
+        first_tick(bank_stream, dagster_instance)  # a later start and end, on the same table
 
 
 def test_an_unwritable_landing_root_fails_the_first_tick(bank_stream, dagster_instance, monkeypatch, tmp_path):
