@@ -13,9 +13,13 @@ import argparse
 import os
 import sys
 
-from cs_platform.defs.resources import change_stream_resource_key, configured_resources
+from cs_platform import settings
+from cs_platform.changestream.query import validate_identifier
+from cs_platform.lake.published import stream_root
+from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import reset_stream
 from cs_platform.settings import naming_settings
+from cs_platform.stream_source import StreamSource
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,14 +36,14 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 
 def reset(args: argparse.Namespace) -> int:
-    resources = configured_resources({**os.environ, "CS_PLATFORM_CHANGE_STREAMS": args.stream})
-    change_stream = resources[change_stream_resource_key(args.stream)]
-    store = change_stream.metadata_store()
-    landing = resources["landing"].store()
-    lake_root = resources["lake"].stream_root(args.stream)
+    settings.check_all(os.environ)  # a bad value fails here, named, before anything is removed
+    source = StreamSource.from_settings(os.environ, validate_identifier(args.stream, "change stream name"))
+    store = source.metadata_store()
+    landing = LandingStore(settings.value(os.environ, "CS_PLATFORM_LANDING_ROOT"))
+    lake_root = stream_root(settings.value(os.environ, "CS_PLATFORM_LAKE_ROOT"), args.stream)
     print(
         f"This removes stream {args.stream}'s metadata table {store.table} (database "
-        f"{change_stream.metadata_database_id or change_stream.spanner.database_id}), its landing files under "
+        f"{source.metadata_database}), its landing files under "
         f"{landing.location.uri(landing.stream_directory(args.stream))} and its lake {lake_root}."
     )
     if not args.yes:

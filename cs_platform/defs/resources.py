@@ -15,20 +15,20 @@ from google.cloud.spanner_v1.database import Database
 from pydantic import PrivateAttr
 
 from cs_platform import settings
-from cs_platform.changestream.catalog import change_stream_retention, partition_mode, require_change_stream
-from cs_platform.changestream.connection import SpannerTarget, database_dialect
+from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.errors import MalformedRecordError
 from cs_platform.changestream.metadata import PartitionMetadataStore
-from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_identifier
+from cs_platform.changestream.query import RpcPriority, validate_identifier
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.errors import InvalidArgumentError
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.lake.published import stream_root
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.settings import env_name
 from cs_platform.storage.gcs import GcsAccess, storage_for
-from cs_platform.stream_state import source_identity
+from cs_platform.stream_source import StreamSource, metadata_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -46,25 +46,11 @@ class SpannerResource(ConfigurableResource):
     timeout_seconds: float = settings.default("CS_PLATFORM_SPANNER_TIMEOUT_SECONDS")  # deadline of the calls that find the database and of metadata queries
     read_mode: str = settings.default("CS_PLATFORM_READ_MODE")  # streaming, polling, or auto (polling on an emulator): CS_PLATFORM_READ_MODE
 
-    _databases: dict = PrivateAttr(default_factory=dict)
-
-    def target(self, database_id: str | None = None) -> SpannerTarget:
+    def target(self) -> SpannerTarget:
         settings.check_numbers(self)
         return SpannerTarget(
-            self.project_id,
-            self.instance_id,
-            database_id or self.database_id,
-            self.emulator_host or None,
-            self.timeout_seconds,
-            self.read_mode,
+            self.project_id, self.instance_id, self.database_id, self.emulator_host or None, self.timeout_seconds, self.read_mode
         )
-
-    def database(self, database_id: str | None = None) -> Database:
-        """The database handle (connected once per resource instance, checked to exist)."""
-        name = database_id or self.database_id
-        if name not in self._databases:
-            self._databases[name] = self.target(name).connect()
-        return self._databases[name]
 
 
 class ChangeStreamResource(ConfigurableResource):
@@ -92,6 +78,8 @@ class ChangeStreamResource(ConfigurableResource):
     yield_after_seconds: float = settings.default("CS_PLATFORM_YIELD_AFTER_SECONDS")  # asked to yield its slot (partitions wait), a run ends after reading this long
     report_interval_seconds: float = settings.default("CS_PLATFORM_REPORT_INTERVAL_SECONDS")  # a run's landings are reported to Dagster at most this often (cs_platform.reporting)
 
+    _source: StreamSource | None = PrivateAttr(default=None)
+
     def validated(self) -> "ChangeStreamResource":
         """Fail early, naming the setting (its environment variable), before anything touches Spanner."""
         validate_identifier(self.stream_name, "change stream name (CS_PLATFORM_CHANGE_STREAMS)")
@@ -112,7 +100,15 @@ class ChangeStreamResource(ConfigurableResource):
 
     @property
     def metadata_table_name(self) -> str:
-        return self.metadata_table or f"{self.stream_name}Metadata"
+        return metadata_table_name(self.stream_name, self.metadata_table)
+
+    def source(self) -> StreamSource:
+        """The stream's Spanner side (``cs_platform.stream_source``), connected once per resource instance."""
+        if self._source is None:
+            self._source = StreamSource(
+                self.spanner.target(), self.stream_name, self.metadata_table_name, self.metadata_database_id, RpcPriority(self.rpc_priority)
+            )
+        return self._source
 
     @property
     def max_runtime_seconds(self) -> float:
@@ -134,32 +130,22 @@ class ChangeStreamResource(ConfigurableResource):
         return _timestamp_setting("end_timestamp", self.end_timestamp)
 
     def source_database(self) -> Database:
-        return self.spanner.database()
+        return self.source().source_database()
 
     def metadata_store(self) -> PartitionMetadataStore:
-        database = self.spanner.database(self.metadata_database_id)
-        return PartitionMetadataStore(
-            database, self.metadata_table_name, timeout_s=self.spanner.timeout_seconds, priority=RpcPriority(self.rpc_priority)
-        )
+        return self.source().metadata_store()
 
     def require_stream(self) -> None:
-        """The source database exists (``database()`` checks) and has this change stream."""
-        require_change_stream(self.source_database(), self.stream_name, self.spanner.timeout_seconds)
+        self.source().require_stream()
 
     def retention_period(self) -> timedelta:
-        """How long Spanner keeps this stream's records (``retention_period``)."""
-        return change_stream_retention(self.source_database(), self.stream_name, self.spanner.timeout_seconds)
+        return self.source().retention_period()
 
     def source_identity(self) -> SourceIdentity:
-        return source_identity(self.spanner.target(), self.stream_name, self.metadata_store())
+        return self.source().source_identity()
 
     def reader(self) -> PartitionReader:
-        source = self.source_database()
-        mode = partition_mode(source, self.stream_name, self.spanner.timeout_seconds)
-        query = ChangeStreamQuery(self.stream_name, database_dialect(source), self.heartbeat_millis, mode)
-        return PartitionReader(
-            source, query, self.metadata_store(), tail=self.spanner.target().live_tail, priority=RpcPriority(self.rpc_priority)
-        )
+        return self.source().reader(self.heartbeat_millis)
 
 
 class LandingResource(ConfigurableResource):
@@ -187,7 +173,7 @@ class LakeResource(ConfigurableResource):
     report_interval_seconds: float = settings.default("CS_PLATFORM_REPORT_INTERVAL_SECONDS")  # a lake run's cuts are reported to Dagster at most this often (cs_platform.reporting)
 
     def stream_root(self, stream: str) -> str:
-        return f"{self.root.rstrip('/')}/{validate_identifier(stream, 'change stream name')}"
+        return stream_root(self.root, validate_identifier(stream, "change stream name"))
 
     def lake(self, spark: SparkSession, stream: str) -> Lake:
         from cs_platform.lake.cuts import POLICIES, Lake  # PySpark: only in the lake's steps (see SparkResource)

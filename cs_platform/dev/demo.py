@@ -27,9 +27,9 @@ from pathlib import Path
 import duckdb
 from dagster import DagsterInstance
 
+from cs_platform import settings
 from cs_platform.changestream.metadata import PartitionMetadataStore, lineage, utc_now
 from cs_platform.definitions import build_definitions
-from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.dev.cutter import Cutter
 from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.oracle import committed, landed
@@ -37,11 +37,13 @@ from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.cuts import Lake
 from cs_platform.lake.engines import CutTables, history_statements
-from cs_platform.lake.published import published_cut
+from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.lake.published import published_cut, stream_root
 from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.lake.spark import delta_spark_session, warm_delta
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
+from cs_platform.stream_source import StreamSource
 
 log = logging.getLogger("cs_platform.demo")
 ACCOUNTS = 20
@@ -79,16 +81,21 @@ def main() -> None:
             CS_PLATFORM_HEARTBEAT_MILLIS="500",
             CS_PLATFORM_HISTORY_TABLES="all",  # every version of every row, beside the mirrors
         )
-        resources = configured_resources(os.environ)  # what the Dagster definitions use, read now
-        store = resources[change_stream_resource_key(STREAM)].metadata_store()
+        store = StreamSource.from_settings(os.environ, STREAM).metadata_store()  # what the runs' resources build
         writer = threading.Thread(
             target=workload.run_until, args=(end - timedelta(seconds=3), args.writes_per_second), kwargs={"accounts": 0}, daemon=True
         )
         print(f"reading {STREAM} from {start:%H:%M:%S} to {end:%H:%M:%S} while the writer commits transfers")
         writer.start()
-        landing = resources["landing"].store()
-        lake = resources["lake"].lake(spark, STREAM)
-        cutter = Cutter(lake, landing, store, bank.target, STREAM, resources["lake"].cut_interval_seconds).start()
+        landing = LandingStore(settings.value(os.environ, "CS_PLATFORM_LANDING_ROOT"))
+        lake = Lake(
+            spark,
+            stream_root(settings.value(os.environ, "CS_PLATFORM_LAKE_ROOT"), STREAM),
+            untyped_policy=settings.value(os.environ, "CS_PLATFORM_UNTYPED_VALUES"),
+            history=HistoryPolicy.parse(settings.value(os.environ, "CS_PLATFORM_HISTORY_TABLES")),
+            append_inserts=settings.value(os.environ, "CS_PLATFORM_APPEND_INSERTS"),
+        )
+        cutter = Cutter(lake, landing, store, bank.target, STREAM, settings.value(os.environ, "CS_PLATFORM_CUT_INTERVAL_SECONDS")).start()
         with DagsterInstance.get() as instance, SensorLoop(build_definitions, instance, "bank_stream_partition_sensor", worker_log_level=level) as loop:
             progress = Progress(store, loop, workload, cutter)
             loop.run_until(progress.finished, timeout_s=args.seconds + 300)
