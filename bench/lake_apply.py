@@ -25,8 +25,8 @@ from pathlib import Path
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.lake.changelog import read_landed
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.spark import delta_spark_session
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 
 T0 = datetime(2026, 11, 22, tzinfo=timezone.utc)

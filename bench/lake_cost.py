@@ -43,13 +43,13 @@ from py4j.protocol import Py4JJavaError
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
 from cs_platform.lake.changelog import read_landed
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.delta import session_conf
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.maintenance import maintain
 from cs_platform.lake.mirrors import MATERIALIZE_SOURCE
 from cs_platform.lake.spark import delta_spark_session
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 
 STREAM = "Bench"

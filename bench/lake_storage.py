@@ -20,8 +20,8 @@ import tempfile
 from pathlib import Path
 
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.spark import delta_spark_session
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.storage.gcs import EMULATOR_SETTING, GcsAccess
 from lake_apply import synthesize, timed
 

@@ -156,8 +156,8 @@ def measure(instance, emulator, workdir: Path, start, end, name: str, chunk_mods
 def check_cut(database, landing: Path, lake_root: Path, end) -> int:
     """Ingest the landed pieces of the transaction, cut at ``end``, and compare every mirror with its
     table read at the cut; the number of tables that are equal (it raises at the first that is not)."""
-    from cs_platform.lake.cuts import Lake
     from cs_platform.lake.spark import delta_spark_session
+    from cs_platform.lake.stream_lake import Lake
     from cs_platform.landing.store import LandingStore
 
     spark = delta_spark_session("reader_memory_cut", "local[2]", jvm_log=lake_root.parent / "spark.log")

@@ -29,9 +29,9 @@ from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.dev.emulator import SpannerEmulator
 from cs_platform.dev.workload import create_database, create_instance
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.lake.spark import delta_spark_session
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.pipeline import take_snapshot
 
 PROJECT, INSTANCE, DATABASE, STREAM = "bench-project", "bench-instance", "snapshot-bench", "Everything"

@@ -39,9 +39,9 @@ from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, Partition
 from cs_platform.changestream.table_snapshot import check_retention, plan_snapshot
 from cs_platform.errors import TerminalError
 from cs_platform.lake.changelog import IngestResult
-from cs_platform.lake.cuts import CutResult, Lake
 from cs_platform.lake.published import ROOT_SETTING
 from cs_platform.lake.snapshot import SnapshotResult, load_snapshot
+from cs_platform.lake.stream_lake import CutResult, Lake
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.storage.location import Location

@@ -33,7 +33,7 @@ from cs_platform.dev.embedded import STREAM
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed, landed
 from cs_platform.dev.stack import dagster_yaml, production_stack
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 
 # With the churn of 4-8 s, three splits and three merges or so while the writer writes and the

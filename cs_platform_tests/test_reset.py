@@ -11,7 +11,7 @@ import pytest
 from cs_platform.changestream.errors import SettingsDriftError
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.defs.resources import configured_resources
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.pipeline import advance_lake
 from cs_platform.settings import naming_settings
 from cs_platform.stream_state import source_identity

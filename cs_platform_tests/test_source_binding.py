@@ -17,7 +17,7 @@ from cs_platform.dev.emulator import SpannerEmulator
 from cs_platform.dev.oracle import committed, landed
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.source import SourceMismatchError
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import advance_lake

@@ -73,8 +73,8 @@ from cs_platform.settings import naming_settings, start_over
 from cs_platform.stream_state import StreamPosition, stream_cut
 
 if TYPE_CHECKING:
-    from cs_platform.lake.cuts import Lake
     from cs_platform.lake.snapshot import SnapshotResult
+    from cs_platform.lake.stream_lake import Lake
     from cs_platform.pipeline import LakeAdvance
 
 LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per stream (tag concurrency limit)
@@ -190,7 +190,7 @@ def lake_definitions(
         required_resource_keys={"pyspark", "lake", "landing", resource_key},
     )
     def lake_step(context: AssetExecutionContext):
-        from cs_platform.lake.cuts import IncompleteTransactionsError, UnmappedColumnTypeError, UntypedValueError
+        from cs_platform.lake.stream_lake import IncompleteTransactionsError, UnmappedColumnTypeError, UntypedValueError
         from cs_platform.pipeline import keep_cutting
 
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()

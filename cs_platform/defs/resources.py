@@ -33,7 +33,7 @@ from cs_platform.stream_source import StreamSource, metadata_table_name
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cs_platform.lake.cuts import Lake
+    from cs_platform.lake.stream_lake import Lake
 
 
 class SpannerResource(ConfigurableResource):
@@ -165,7 +165,7 @@ class LakeResource(ConfigurableResource):
     max_lag_seconds: float = settings.default("CS_PLATFORM_MAX_LAG_SECONDS")  # the lake is late beyond this (watermark_lag check, freshness policy)
     untyped_values: str = settings.default("CS_PLATFORM_UNTYPED_VALUES")  # or "quarantine": see cs_platform.lake.quarantine
     history_tables: str = settings.default("CS_PLATFORM_HISTORY_TABLES")  # or "all", or table names: see cs_platform.lake.history
-    append_inserts: bool = settings.default("CS_PLATFORM_APPEND_INSERTS")  # a mirror that only takes inserts is appended to: see cs_platform.lake.cuts
+    append_inserts: bool = settings.default("CS_PLATFORM_APPEND_INSERTS")  # a mirror that only takes inserts is appended to: see cs_platform.lake.stream_lake
     kept_cuts_seconds: float = settings.default("CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS")  # cuts this recent stay readable; maintenance drops older ones (cs_platform.lake.maintenance)
     cut_interval_seconds: float = settings.default("CS_PLATFORM_CUT_INTERVAL_SECONDS")  # a lake run cuts at most this often (pipeline.keep_cutting)
     lake_soft_timeout_seconds: float = settings.default("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS")  # how long a sensor-launched lake run keeps cutting
@@ -176,7 +176,7 @@ class LakeResource(ConfigurableResource):
         return stream_root(self.root, validate_identifier(stream, "change stream name"))
 
     def lake(self, spark: SparkSession, stream: str) -> Lake:
-        from cs_platform.lake.cuts import POLICIES, Lake  # PySpark: only in the lake's steps (see SparkResource)
+        from cs_platform.lake.stream_lake import POLICIES, Lake  # PySpark: only in the lake's steps (see SparkResource)
 
         settings.check_numbers(self)
         if self.untyped_values not in POLICIES:

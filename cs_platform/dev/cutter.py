@@ -9,8 +9,8 @@ import threading
 
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore
-from cs_platform.lake.cuts import CutResult, Lake
 from cs_platform.lake.snapshot import SnapshotResult
+from cs_platform.lake.stream_lake import CutResult, Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import keep_cutting
 

@@ -35,12 +35,12 @@ from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.oracle import committed, landed
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.engines import CutTables, history_statements
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.published import published_cut, stream_root
 from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.lake.spark import delta_spark_session, warm_delta
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform.stream_source import StreamSource

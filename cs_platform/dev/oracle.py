@@ -10,7 +10,7 @@ from datetime import datetime
 from google.cloud.spanner_v1.database import Database
 
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.types import utc
 from cs_platform.landing.rows import IDENTITY
 from cs_platform.landing.store import LandingStore

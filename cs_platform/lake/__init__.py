@@ -1,6 +1,7 @@
-"""PySpark + Delta Lake: the changelog from landing files, complete transactions under a cut, the
-mirrors, history tables and the manifest of consistent cuts; maintenance, and readers on other
-engines (``published``, ``delta_log``, ``engines``, ``cli`` need no Spark).
+"""PySpark + Delta Lake: one stream's lake (``stream_lake.Lake``): the changelog from landing files
+(``changelog``), complete transactions under a cut, the mirrors (``mirrors``), history tables
+(``history``) and the manifest of consistent cuts; the snapshot at a stream's start (``snapshot``),
+the checks' computations (``verify``), maintenance, and readers on other engines (``published``, ``delta_log``, ``engines``, ``cli`` need no Spark).
 
 Imports no Dagster. From the reader core it imports only what reading the source needs: the
 snapshot at a stream's start (``snapshot``: ``changestream.catalog.WatchedTable``,

@@ -37,10 +37,10 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.delta import USER_METADATA, DeltaPath, session_conf
 from cs_platform.lake.identifiers import quoted, sql_string
 from cs_platform.lake.published import EXPIRED_BEFORE, published_cuts
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.types import sql_timestamp
 
 KEPT_CUTS_SETTING = "CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS"

@@ -37,11 +37,11 @@ from pyspark.sql.types import StringType, StructField, StructType
 from cs_platform.changestream.catalog import WatchedTable
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.table_snapshot import SnapshotPartition, SnapshotPlan, read_partition
-from cs_platform.lake.cuts import Lake, StaleSnapshotError, plain_datetime
 from cs_platform.lake.delta import USER_METADATA, session_conf
 from cs_platform.lake.history import seed_history
 from cs_platform.lake.mirrors import column_types_by_table, replace_mirror, typed_rows
 from cs_platform.lake.published import cut_record
+from cs_platform.lake.stream_lake import Lake, StaleSnapshotError, plain_datetime
 from cs_platform.landing.rows import column_types_json
 
 ARROW_ROWS = 10_000  # rows per Arrow batch a task hands to Spark

@@ -11,8 +11,8 @@ from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.catalog import watched_table_names
 from cs_platform.changestream.source_reads import SourceSnapshot
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.mirrors import primary_key, sample_keys
+from cs_platform.lake.stream_lake import Lake
 
 SAMPLE_KEYS = 100
 

@@ -154,9 +154,9 @@ def _drained_run(partition_key: str, marker: Path) -> None:
 
 def _drained_lake_run(marker: Path) -> None:
     from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG, LAKE_TAG
-    from cs_platform.lake import cuts
+    from cs_platform.lake import stream_lake
 
-    apply_cut = cuts.Lake.apply_cut
+    apply_cut = stream_lake.Lake.apply_cut
 
     def noted(self, cut, **options):
         result = apply_cut(self, cut, **options)
@@ -164,7 +164,7 @@ def _drained_lake_run(marker: Path) -> None:
             marker.write_text(json.dumps({"pid": os.getpid(), "cut": cut.isoformat()}))
         return result
 
-    cuts.Lake.apply_cut = noted
+    stream_lake.Lake.apply_cut = noted
     job = build_definitions().resolve_job_def("bank_stream_lake")  # the lake sensor's job: it sees this run in flight
     with DagsterInstance.get() as instance:
         result = job.execute_in_process(instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"}, raise_on_error=False)
@@ -203,11 +203,11 @@ def _crashing_cleanup(step: str, marker: Path) -> None:
 
 def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> None:
     from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG, LAKE_TAG
-    from cs_platform.lake import cuts
+    from cs_platform.lake import stream_lake
     from cs_platform_tests.lake.killed import stopping_after
 
     applying, published = [], []
-    apply_cut = cuts.Lake.apply_cut
+    apply_cut = stream_lake.Lake.apply_cut
 
     def counted(self, cut, **options):
         applying.append(cut)
@@ -215,9 +215,9 @@ def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> 
         published.extend([cut] if result.applied else [])
         return result
 
-    cuts.Lake.apply_cut = counted
+    stream_lake.Lake.apply_cut = counted
     mirrored: set[tuple[int, str]] = set()  # (cut, table) whose mirror committed
-    apply_changes = cuts.apply_changes
+    apply_changes = stream_lake.apply_changes
 
     def mirror_then_note(spark, mirror, *args):
         version = apply_changes(spark, mirror, *args)
@@ -231,9 +231,9 @@ def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> 
             time.sleep(0.05)  # a history's mirror, written beside it, commits too before the kill
         return applying[-1].isoformat()
 
-    cuts.apply_changes = mirror_then_note
+    stream_lake.apply_changes = mirror_then_note
     write = {"mirror": "apply_changes", "history": "apply_history"}[table]
-    setattr(cuts, write, stopping_after(getattr(cuts, write), marker, the_killed_cut))
+    setattr(stream_lake, write, stopping_after(getattr(stream_lake, write), marker, the_killed_cut))
     job = build_definitions().resolve_job_def("bank_stream_lake")  # the lake sensor's job: it sees this run in flight
     with DagsterInstance.get() as instance:
         job.execute_in_process(instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"})

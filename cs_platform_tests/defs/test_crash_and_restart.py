@@ -33,8 +33,8 @@ from cs_platform.dev.deadline import Deadline, load_per_core, wait_until
 from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed
 from cs_platform.dev.sensor_loop import SensorLoop, evaluate_sensor
 from cs_platform.dev.workload import INITIAL_BALANCE
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import advance_lake
 from cs_platform_tests.defs.landing_oracle import ASSET, assert_no_loss, observed_landing_paths, reads

@@ -20,7 +20,7 @@ from cs_platform.defs.resources import change_stream_resource_key, configured_re
 from cs_platform.dev.deadline import Deadline, wait_until
 from cs_platform.dev.oracle import check_bank_cut
 from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore, landed_upto
 from cs_platform_tests.defs.landing_oracle import assert_no_loss
 from cs_platform_tests.defs.processes import SENSOR, spawn, wait_for

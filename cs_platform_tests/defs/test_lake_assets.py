@@ -14,8 +14,8 @@ from cs_platform.defs import lake_assets
 from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.deadline import load_per_core
 from cs_platform.dev.oracle import check_bank_cut
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.spark import warm_delta
+from cs_platform.lake.stream_lake import Lake
 from cs_platform_tests.changestream.test_value_capture import cards_bundle
 from cs_platform_tests.lake.readers import check_history_at_cut
 

@@ -22,8 +22,8 @@ from google.cloud.spanner_v1 import KeySet
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.workload import BANK_TABLES, BANK_TABLES_DDL
 from cs_platform.lake.cli import main as lake_cli
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.identifiers import quoted, sql_string
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import UnknownTableError, rebuild_mirrors
 from cs_platform_tests.changestream.test_value_capture import cards_bundle
@@ -225,7 +225,7 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     assert {tuple(r) for r in mirrors["Branches"].select(*BRANCHES).collect()} == rows_at(bank, cut, "Branches", BRANCHES)
     assert {tuple(r) for r in mirrors["Accounts"].select("AccountId", "Balance").collect()} == rows_at(bank, cut, "Accounts", ["AccountId", "Balance"])
     check_history_at_cut(lake, cut)  # the rebuilt tables' history is their mirror again
-    # The rebuilds' records keep them frozen (later cuts do too: lake/test_cuts.py), and so does the CLI.
+    # The rebuilds' records keep them frozen (later cuts do too: lake/test_stream_lake.py), and so does the CLI.
     assert {t: c.isoformat() for t, c in lake.last_published().frozen.items()} == frozen
     capsys.readouterr()
     assert lake_cli(["cuts", str(tmp_path / "lake" / "BankStream")]) == 0

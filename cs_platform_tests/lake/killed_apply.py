@@ -7,15 +7,15 @@ import sys
 from datetime import datetime
 from pathlib import Path
 
-from cs_platform.lake import cuts, mirrors
+from cs_platform.lake import mirrors, stream_lake
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.killed import stopping_after
 
 
 def main(landing: str, root: str, cut: str, marker: Path) -> None:
-    cuts.append_inserts = stopping_after(mirrors.append_inserts, marker)
-    lake = cuts.Lake(delta_spark_session("killed_apply", "local[1]"), root)
+    stream_lake.append_inserts = stopping_after(mirrors.append_inserts, marker)
+    lake = stream_lake.Lake(delta_spark_session("killed_apply", "local[1]"), root)
     lake.changelog.ingest(LandingStore(landing).files("Bank"))
     lake.apply_cut(datetime.fromisoformat(cut))
 

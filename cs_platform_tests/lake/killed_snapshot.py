@@ -8,8 +8,8 @@ from pathlib import Path
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.lake import snapshot
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.spark import delta_spark_session
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.pipeline import start_from_snapshot
 from cs_platform_tests.lake.killed import stopping_after
 

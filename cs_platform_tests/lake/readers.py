@@ -9,12 +9,12 @@ from datetime import datetime, timezone
 
 import duckdb
 
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.engines import CutTables, history_statements, read_arrow, statements
 from cs_platform.lake.history_schema import OPERATION, SNAPSHOT, VALID_FROM, VALID_TO
 from cs_platform.lake.identifiers import double_quoted, standard_string
 from cs_platform.lake.mirrors import primary_key
 from cs_platform.lake.published import PublishedCut, cut_of_version, published_cut
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.types import utc
 
 Rows = list[tuple]

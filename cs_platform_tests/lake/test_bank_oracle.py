@@ -28,8 +28,8 @@ from cs_platform.dev.cutter import Cutter
 from cs_platform.dev.oracle import bank_source_at, check_bank_cut, committed, landed
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import BankWorkload, start_after
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore, landed_name
 from cs_platform_tests.defs.processes import SENSOR
 from cs_platform_tests.lake.readers import check_history_at_cut, check_history_intervals, check_readers_agree

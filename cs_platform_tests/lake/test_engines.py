@@ -8,7 +8,6 @@ import duckdb
 import pytest
 
 from cs_platform.lake.cli import main
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.engines import (
     READER_FEATURES,
     READER_VERSION,
@@ -20,6 +19,7 @@ from cs_platform.lake.engines import (
 )
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.published import cut_of_version, published_cut, published_cuts
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.bank_landing import land_bank
 from cs_platform_tests.lake.readers import check_readers_agree

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 
 from cs_platform.changestream.records import ColumnType
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.readers import check_history_at_cut, history_versions

@@ -6,8 +6,8 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.maintenance import maintain
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.bank_landing import land_bank
 

@@ -19,7 +19,7 @@ from cs_platform.changestream.tail import STREAMING
 from cs_platform.dev.deadline import load_per_core
 from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.dev.workload import start_after
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import take_snapshot
 from cs_platform_tests.conftest import INSTANCE, PROJECT

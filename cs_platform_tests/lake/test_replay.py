@@ -9,7 +9,7 @@ import sys
 import time
 
 from cs_platform.dev.deadline import Deadline
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.bank_landing import land_bank
 

@@ -22,7 +22,7 @@ from cs_platform.defs.lake_assets import mirrors_match_source
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.dev.workload import BankWorkload, start_after
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import start_from_snapshot, take_snapshot
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client

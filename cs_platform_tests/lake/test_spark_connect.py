@@ -13,7 +13,7 @@ import pytest
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.lake.spark import MASTER_SETTING, REMOTE_SETTING, SparkUnreachableError, check_reachable
 
-CUT_TESTS = Path(__file__).with_name("test_cuts.py")
+CUT_TESTS = Path(__file__).with_name("test_stream_lake.py")
 
 
 @pytest.mark.heavy

@@ -14,8 +14,8 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.dev.local_runner import LocalRunner
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client

@@ -2,8 +2,8 @@
 (Mirrors against the source read at the cut need Spanner: ``defs/test_mirror_rebuild.py`` drifts a
 mirror and rebuilds it from what the check names.)"""
 
-from cs_platform.lake.cuts import Lake
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.verify import history_against_mirrors
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.bank_landing import land_bank

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from cs_platform.lake.cuts import Lake
+from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import ROOT_SETTING, LandedRange, LandingStore, landed_range
 from cs_platform.storage.gcs import CREDENTIALS_SETTING, EMULATOR_SETTING, StorageAccessError
 from cs_platform.storage.location import Location

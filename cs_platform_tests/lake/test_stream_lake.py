@@ -11,8 +11,8 @@ import pytest
 
 from cs_platform.changestream.reader import PartitionBatch
 from cs_platform.changestream.records import ColumnType, DataChangeRecord, Mod, ModType, ValueCaptureType
-from cs_platform.lake.cuts import IncompleteTransactionsError, Lake, UnmappedColumnTypeError, UntypedValueError
 from cs_platform.lake.published import cut_of_version, published_cuts
+from cs_platform.lake.stream_lake import IncompleteTransactionsError, Lake, UnmappedColumnTypeError, UntypedValueError
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.readers import check_readers_agree

@@ -1,5 +1,6 @@
-"""Consistent cuts (the RisingWave idea): a transaction is visible in the mirrors entirely or not
-at all, across partitions and tables.
+"""One stream's lake, ``Lake``: its changelog, mirrors, history tables and manifest under one root,
+and the consistent cuts it applies (the RisingWave idea): a transaction is visible in the mirrors
+entirely or not at all, across partitions and tables.
 
 A cut at T applies every transaction with previous cut < commit_timestamp <= T. T must be a low
 watermark (every partition has landed everything <= T) and the changelog must have ingested the
