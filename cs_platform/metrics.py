@@ -44,10 +44,10 @@ from prometheus_client.registry import Collector
 
 from cs_platform import settings
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
-from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.errors import CsPlatformError
-from cs_platform.lake.published import ingested_landing, lake_location, latest_cut
+from cs_platform.lake.published import ingested_landing, lake_location, latest_cut, stream_root
 from cs_platform.landing.store import LandingStore
+from cs_platform.stream_source import StreamSource
 
 log = logging.getLogger(__name__)
 
@@ -108,8 +108,11 @@ class StreamsCollector(Collector):
     """Computes every stream's metrics when Prometheus scrapes (no figure is older than the scrape)."""
 
     def __init__(self, environ: Mapping[str, str], clock: Callable[[], datetime] = utc_now) -> None:
-        self.streams = settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")
-        self.resources = configured_resources(environ)
+        settings.check_all(environ)  # a bad value fails the exporter's start, named
+        self.sources = {stream: StreamSource.from_settings(environ, stream) for stream in settings.value(environ, "CS_PLATFORM_CHANGE_STREAMS")}
+        self.streams = list(self.sources)
+        self.landing = LandingStore(settings.value(environ, "CS_PLATFORM_LANDING_ROOT"))
+        self.lake_root = settings.value(environ, "CS_PLATFORM_LAKE_ROOT")
         self.clock = clock
         self._retention: dict[str, tuple[float, timedelta]] = {}
         self._lock = threading.Lock()
@@ -119,17 +122,15 @@ class StreamsCollector(Collector):
             with self._lock:
                 read_at, period = self._retention.get(stream, (float("-inf"), timedelta(0)))
                 if time.monotonic() - read_at >= RETENTION_READ_EVERY.total_seconds():
-                    period = self.resources[change_stream_resource_key(stream)].retention_period()
+                    period = self.sources[stream].retention_period()
                     self._retention[stream] = (time.monotonic(), period)
                 return period
 
         return read
 
     def measure(self, stream: str) -> StreamMetrics:
-        change_stream = self.resources[change_stream_resource_key(stream)]
-        lake_root = self.resources["lake"].stream_root(stream)
-        landing = self.resources["landing"].store()
-        return stream_metrics(stream, change_stream.metadata_store(), landing, lake_root, self._retention_of(stream), self.clock())
+        store, lake_root = self.sources[stream].metadata_store(), stream_root(self.lake_root, stream)
+        return stream_metrics(stream, store, self.landing, lake_root, self._retention_of(stream), self.clock())
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families = {

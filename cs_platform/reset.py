@@ -14,7 +14,6 @@ import os
 import sys
 
 from cs_platform import settings
-from cs_platform.changestream.query import validate_identifier
 from cs_platform.lake.published import stream_root
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import reset_stream
@@ -37,7 +36,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def reset(args: argparse.Namespace) -> int:
     settings.check_all(os.environ)  # a bad value fails here, named, before anything is removed
-    source = StreamSource.from_settings(os.environ, validate_identifier(args.stream, "change stream name"))
+    source = StreamSource.from_settings(os.environ, args.stream)
     store = source.metadata_store()
     landing = LandingStore(settings.value(os.environ, "CS_PLATFORM_LANDING_ROOT"))
     lake_root = stream_root(settings.value(os.environ, "CS_PLATFORM_LAKE_ROOT"), args.stream)

@@ -18,7 +18,7 @@ from cs_platform import settings
 from cs_platform.changestream.catalog import change_stream_retention, partition_mode, require_change_stream
 from cs_platform.changestream.connection import SpannerTarget, database_dialect
 from cs_platform.changestream.metadata import PartitionMetadataStore
-from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority
+from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_identifier
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.stream_state import source_identity
@@ -44,6 +44,7 @@ class StreamSource:
     @classmethod
     def from_settings(cls, environ: Mapping[str, str], stream: str) -> "StreamSource":
         """The stream as the settings in ``environ`` configure it (a required one missing is named)."""
+        validate_identifier(stream, "change stream name (CS_PLATFORM_CHANGE_STREAMS)")
 
         def value(env: str):
             return settings.value(environ, env)

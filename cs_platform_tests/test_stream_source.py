@@ -19,6 +19,8 @@ def test_a_script_builds_the_stream_the_resource_builds_from_the_same_settings(b
     assert source.source_database() is source.source_database()  # connected once
 
 
-def test_a_missing_required_setting_is_named():
+def test_a_missing_required_setting_and_a_bad_stream_name_are_named():
     with pytest.raises(SettingError, match=r"^CS_PLATFORM_SPANNER_PROJECT is not set"):
         StreamSource.from_settings({}, "BankStream")
+    with pytest.raises(ValueError, match=r"change stream name \(CS_PLATFORM_CHANGE_STREAMS\) 'Bank`Stream'"):
+        StreamSource.from_settings({}, "Bank`Stream")
