@@ -136,8 +136,9 @@ def detect_partitions(
         landing_resource.store(change_stream.source_identity()).bind(names.stream)
 
     now = time.time()
-    records = {record.dagster_run.run_id: record for runs in live_runs_by_partition(context.instance, names.job, names.asset_key).values() for record in runs}
-    live = [LiveRead(run_id, record.dagster_run.tags[PARTITION_TAG], seconds_since_progress(record, now)) for run_id, record in records.items()]
+    by_partition = live_runs_by_partition(context.instance, names.job, names.asset_key)
+    records = {record.dagster_run.run_id: record for runs in by_partition.values() for record in runs}
+    live = [LiveRead(run_id, run.dagster_run.tags[PARTITION_TAG], seconds_since_progress(run, now)) for run_id, run in records.items()]
     detection = partition_detection.detect_partitions(
         store,
         live,
