@@ -45,7 +45,8 @@ from prometheus_client.registry import Collector
 from cs_platform import settings
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.errors import CsPlatformError
-from cs_platform.lake.published import ingested_landing, lake_location, latest_cut, stream_root
+from cs_platform.lake.layout import stream_root
+from cs_platform.lake.published import ingested_landing, lake_location, latest_cut
 from cs_platform.landing.store import LandingStore
 from cs_platform.stream_source import StreamSource
 

@@ -14,7 +14,7 @@ import os
 import sys
 
 from cs_platform import settings
-from cs_platform.lake.published import stream_root
+from cs_platform.lake.layout import stream_root
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import reset_stream
 from cs_platform.settings import naming_settings

@@ -23,7 +23,7 @@ from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.values import parse_timestamp
 from cs_platform.errors import InvalidArgumentError
 from cs_platform.lake.history_schema import HistoryPolicy
-from cs_platform.lake.published import stream_root
+from cs_platform.lake.layout import stream_root
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.settings import env_name

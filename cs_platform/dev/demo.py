@@ -37,7 +37,8 @@ from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.engines import CutTables, history_statements
 from cs_platform.lake.history_schema import HistoryPolicy
-from cs_platform.lake.published import published_cut, stream_root
+from cs_platform.lake.layout import stream_root
+from cs_platform.lake.published import published_cut
 from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.lake.spark import delta_spark_session, warm_delta
 from cs_platform.lake.stream_lake import Lake

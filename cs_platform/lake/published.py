@@ -26,11 +26,6 @@ MARKS = "ingested_upto"  # a changelog commit's userMetadata key: {landing direc
 EXPIRED_BEFORE = "expired_before"  # what a maintenance commit that dropped cuts records
 
 
-def stream_root(root: str, stream: str) -> str:
-    """Where stream ``stream``'s lake lives under the lake root ``root``: one directory per stream
-    (its name checked by the caller, as every stream name is, ``validate_identifier``)."""
-    return f"{root.rstrip('/')}/{stream}"
-
 
 class CutNotFoundError(KeyError):
     """The cut asked for is not published (not a cut, or no longer kept)."""

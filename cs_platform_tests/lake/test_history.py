@@ -12,7 +12,7 @@ from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.readers import check_history_at_cut, history_versions
-from cs_platform_tests.lake.test_cuts import ACCOUNTS, T0, land, rec
+from cs_platform_tests.lake.test_stream_lake import ACCOUNTS, T0, land, rec
 
 TS = [T0 + timedelta(seconds=i) for i in range(6)]
 WITH_EMAIL = ACCOUNTS + (ColumnType("Email", {"code": "STRING"}, False, 4),)
