@@ -217,12 +217,17 @@ def test_quarantine_sets_the_whole_transaction_aside_and_applies_the_rest(spark,
     assert lake.quarantine.resolve(["poison"]) == 2 and lake.quarantine.transactions() == []
 
 
+def ingest_one_account(lake, store, committed) -> None:
+    """One transaction inserting account A, committed at ``committed``, landed and ingested."""
+    land(store, "p", rec("t", 0, committed, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "1", "UpdatedAt": None})]), watermark=committed)
+    lake.changelog.ingest(store.files("BankStream"))
+
+
 @east_and_west
 def test_a_first_cut_with_nothing_under_it_records_nothing(lake):
     lake, store = lake
     later = T0 + timedelta(seconds=5)
-    land(store, "p", rec("t", 0, later, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "1", "UpdatedAt": None})]), watermark=later)
-    lake.changelog.ingest(store.files("BankStream"))
+    ingest_one_account(lake, store, committed=later)
     assert not lake.apply_cut(T0).applied and lake.cuts() == []  # the only change is after the cut
     assert lake.apply_cut(later).applied and lake.cuts() == [later]
 
@@ -231,8 +236,7 @@ def test_a_first_cut_with_nothing_under_it_records_nothing(lake):
 def test_a_cut_with_nothing_committed_since_the_last_reads_no_changelog_file(lake):
     lake, store = lake
     later = T0 + timedelta(seconds=5)
-    land(store, "p", rec("t", 0, T0, "Accounts", "INSERT", [({"AccountId": "A"}, {"Balance": "1", "UpdatedAt": None})]), watermark=T0)
-    lake.changelog.ingest(store.files("BankStream"))
+    ingest_one_account(lake, store, committed=T0)
     assert lake.changelog.latest_commit() == T0  # recorded by the ingest's commit
     first = lake.apply_cut(T0)
     # Heartbeats moved the watermark on and nothing was committed: the next cut learns it from the
