@@ -36,10 +36,15 @@ class LiveRead:
 @dataclass(frozen=True)
 class Detection:
     presumed_dead: tuple[LiveRead, ...]
-    live_keys: frozenset[str]  # partitions with a live read, the presumed dead left out
+    alive: tuple[LiveRead, ...]  # the live reads, the presumed dead left out
     retention: RetentionWatch
     plan: LaunchPlan | None  # None: every partition is FINISHED
     low_watermark: datetime | None
+
+    @property
+    def live_keys(self) -> frozenset[str]:
+        """The partitions with a live read."""
+        return frozenset(read.partition_key for read in self.alive)
 
     @property
     def finished(self) -> bool:
@@ -81,15 +86,14 @@ def detect_partitions(
     """One tick: ``launched`` is what earlier ticks launched (the sensor's cursor), ``now`` the wall
     clock in epoch seconds; ``retention_period`` is read only when some watermark is old enough."""
     dead, alive = presumed_dead(live, stale_run_seconds)
-    live_keys = frozenset(read.partition_key for read in alive)
     unfinished = store.unfinished()  # the tick's one metadata query: everything below follows from it
     watch = watch_retention(unfinished, retention_period, utc_now())
     if not unfinished.partitions:
-        return Detection(dead, live_keys, watch, None, None)
+        return Detection(dead, alive, watch, None, None)
     expired = {p.token for p in watch.expired}
     active = [
         p for p in unfinished.in_states(PartitionState.SCHEDULED, PartitionState.RUNNING) + unfinished.schedulable if p.token not in expired
     ]
-    plan = planner.plan(active, set(live_keys), launched, now)
+    plan = planner.plan(active, {read.partition_key for read in alive}, launched, now)
     store.transition([launch.partition.token for launch in plan.launches if launch.reason == "new"], PartitionState.SCHEDULED)
-    return Detection(dead, live_keys, watch, plan, unfinished.low_watermark)
+    return Detection(dead, alive, watch, plan, unfinished.low_watermark)

@@ -177,8 +177,7 @@ def detect_partitions(
     if plan.starved:
         # Rotate: live runs end at their next landing after yield_after_seconds, and the slots go to
         # the partitions furthest behind on the next ticks.
-        dead = {read.run_id for read in detection.presumed_dead}
-        asked = ask_to_yield(context.instance, [record for run_id, record in records.items() if run_id not in dead])
+        asked = ask_to_yield(context.instance, [records[read.run_id] for read in detection.alive])
         if asked:
             context.log.info(
                 f"{plan.starved} partition(s) wait for a run slot: asked {asked} live run(s) to yield after "

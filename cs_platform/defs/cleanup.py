@@ -14,7 +14,7 @@ from dagster import (
     asset,
 )
 
-from cs_platform.cleanup import CleanupResult, Retention, clean_up
+from cs_platform.cleanup import CleanupResult, clean_up
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.runs import ENDED_RUN_STATUSES
 from cs_platform.defs.schedules import scheduled_job
@@ -62,7 +62,7 @@ def cleanup_definitions(names: ChangeStreamNames, cron: str) -> Definitions:
         ),
     )
     def stream_cleanup(context: AssetExecutionContext) -> MaterializeResult:
-        retention = context.resources.retention.validated()
+        retention = context.resources.retention.validated().retention()
         with naming_settings(stream):
             result = clean_up(
                 stream,
@@ -71,7 +71,7 @@ def cleanup_definitions(names: ChangeStreamNames, cron: str) -> Definitions:
                 (names.job, names.lake_job),
                 context.resources.landing.store(),
                 context.resources.lake.stream_root(stream),
-                Retention(retention.metadata, retention.runs, retention.landing),
+                retention,
                 context.log,
             )
         return MaterializeResult(metadata=cleanup_metadata(result))

@@ -21,6 +21,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.query import RpcPriority, validate_identifier
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.values import parse_timestamp
+from cs_platform.cleanup import Retention
 from cs_platform.errors import InvalidArgumentError
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.layout import stream_root
@@ -193,7 +194,7 @@ class LakeResource(ConfigurableResource):
 
 
 class RetentionResource(ConfigurableResource):
-    """How long cleanup keeps what a stream leaves behind (``cs_platform.defs.cleanup``)."""
+    """How long cleanup keeps what a stream leaves behind (``cs_platform.cleanup``)."""
 
     metadata_retention_seconds: float = settings.default("CS_PLATFORM_METADATA_RETENTION_SECONDS")
     run_retention_seconds: float = settings.default("CS_PLATFORM_RUN_RETENTION_SECONDS")
@@ -203,17 +204,13 @@ class RetentionResource(ConfigurableResource):
         settings.check_numbers(self)
         return self
 
-    @property
-    def metadata(self) -> timedelta:
-        return timedelta(seconds=self.metadata_retention_seconds)
-
-    @property
-    def runs(self) -> timedelta:
-        return timedelta(seconds=self.run_retention_seconds)
-
-    @property
-    def landing(self) -> timedelta:
-        return timedelta(seconds=self.landing_retention_seconds)
+    def retention(self) -> Retention:
+        """What cleanup keeps, as the pass takes it."""
+        return Retention(
+            metadata=timedelta(seconds=self.metadata_retention_seconds),
+            runs=timedelta(seconds=self.run_retention_seconds),
+            landing=timedelta(seconds=self.landing_retention_seconds),
+        )
 
 
 class SparkResource(ConfigurableResource):
