@@ -288,8 +288,14 @@ class PartitionMetadataStore:
             )
         return False
 
-    def add_children(self, record: ChildPartitionsRecord, end: datetime | None, heartbeat_millis: int) -> int:
-        """Insert the record's children as CREATED unless present. Returns how many were new."""
+    def add_children(self, record: ChildPartitionsRecord, end: datetime | None, heartbeat_millis: int, owner: str | None = None) -> int:
+        """Insert the record's children as CREATED unless present, for the announcing partition's
+        ``owner`` only (None: a partition no reader has taken); returns how many were new.
+
+        The owner is checked in the same transaction as the insert, as ``record_progress`` checks
+        it: a reader presumed dead that resumes inside its read loop could otherwise insert again a
+        child that cleanup deleted once it finished (its old start would take the low watermark
+        back). It gets ``FencedOffError`` instead, and so does one whose own row cleanup deleted."""
         children = [
             PartitionMetadata(
                 token=c.token,
@@ -303,7 +309,33 @@ class PartitionMetadataStore:
             for c in record.child_partitions
         ]
         children = [replace(c, watermark=c.reads_from - ONE_MICROSECOND) for c in children]  # nothing landed yet
-        return self._in_transaction(self._insert_missing, children)
+
+        def work(tx) -> int:
+            self._check_owner(tx, record.partition_token, owner, "its child partitions stay as they are")
+            return self._insert_missing(tx, children)
+
+        return self._in_transaction(work)
+
+    def _check_owner(self, transaction, token: str, owner: str | None, kept: str) -> datetime:
+        """The partition's watermark, if ``owner`` still owns it; else ``FencedOffError`` saying
+        what is ``kept``. A row that is gone was finished by another reader and cleaned up (for a
+        partition no reader took, ``PartitionNotFoundError``)."""
+        found = list(transaction.read(self.table, ["Watermark", "Owner"], spanner.KeySet(keys=[[token]]), request_options=self.options))
+        if not found and owner is None:  # no reader took it: not cleanup's doing
+            raise PartitionNotFoundError(f"partition token {token[:40]}… is not in metadata table {self.table}; was the table dropped?")
+        if not found:
+            raise FencedOffError(
+                f"partition token {token[:40]}… is no longer in metadata table {self.table}: another reader finished it and "
+                f"cleanup deleted it after this one ({owner}) was presumed dead; {kept} and this reader stops"
+            )
+        watermark, holder = found[0]
+        if holder != owner:
+            raise FencedOffError(
+                f"partition token {token[:40]}… was taken by reader {holder} after this one ({owner}) was "
+                f"presumed dead: its watermark stays at {watermark.isoformat()}, {kept}, and this reader stops. What it "
+                "landed since is read again by the owner; the lake takes each change once."
+            )
+        return watermark
 
     def _insert_missing(self, transaction, partitions: list[PartitionMetadata]) -> int:
         present = self._present(transaction, {p.token for p in partitions})
@@ -382,20 +414,7 @@ class PartitionMetadataStore:
         """
 
         def work(tx) -> None:
-            found = list(
-                tx.read(self.table, ["Watermark", "Owner"], spanner.KeySet(keys=[[token]]), request_options=self.options)
-            )
-            if not found:
-                raise PartitionNotFoundError(
-                    f"partition token {token[:40]}… is not in metadata table {self.table}; was the table dropped?"
-                )
-            if found[0][1] != owner:
-                raise FencedOffError(
-                    f"partition token {token[:40]}… was taken by reader {found[0][1]} after this one ({owner}) was "
-                    f"presumed dead: its watermark stays at {found[0][0].isoformat()} and this reader stops. What it "
-                    "landed since is read again by the owner; the lake takes each change once."
-                )
-            if found[0][0] < watermark:
+            if self._check_owner(tx, token, owner, "its watermark does not move") < watermark:
                 tx.update(self.table, ["PartitionToken", "Watermark"], [[token, watermark]])
             if finished:
                 self._transition(tx, [token], PartitionState.FINISHED)

@@ -504,7 +504,7 @@ class PartitionReader:
     def _announce(self, partition: PartitionMetadata, record: ChildPartitionsRecord, progress: _Progress) -> None:
         """Record announced partitions as CREATED (once: several partitions may announce one)."""
         if progress.record_children:
-            self.metadata.add_children(record, partition.end_timestamp, partition.heartbeat_millis)
+            self.metadata.add_children(record, partition.end_timestamp, partition.heartbeat_millis, partition.owner)
         for child in record.child_partitions:
             progress.children[child.token] = child
 

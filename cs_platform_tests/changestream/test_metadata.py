@@ -143,6 +143,38 @@ def test_only_the_reader_that_took_a_partition_last_moves_it(store):
     assert store.take("initial", "run-3").owner == "run-2"  # a FINISHED partition is not taken: nothing moves
 
 
+def test_a_reader_presumed_dead_adds_no_child_partition_not_even_one_cleanup_deleted(store):
+    """Fencing reaches the last write a reader makes (DESIGN invariant 11): a reader presumed dead
+    and replaced announces no child, and one whose partition was finished by its replacement and
+    deleted by cleanup, meeting a child cleanup deleted too, does not insert it again (at its old
+    start it would take the low watermark back). A MUTABLE_KEY_RANGE partition has no parent, so
+    cleanup's parent guard does not keep its row: the owner check does the fencing."""
+    start = utc_now()
+    t1, t2 = start + timedelta(seconds=1), start + timedelta(seconds=2)
+    store.initialize(start, None, 1000)
+    store.take("initial", "run-1")
+    store.add_children(children("initial", start, ("a", ["initial"])), None, 1000, owner="run-1")
+    store.take("initial", "run-2")  # run-1 presumed dead
+    with pytest.raises(FencedOffError, match="taken by reader run-2 after this one \\(run-1\\)"):
+        store.add_children(children("initial", start, ("late", ["initial"])), None, 1000, owner="run-1")
+    assert {p.token for p in store.all()} == {"initial", "a"}
+
+    store.add_children(children("initial", start, ("p", [])), None, 1000, owner="run-2")  # a partition start record: no parent
+    store.take("p", "run-3")
+    store.take("p", "run-4")  # run-3 presumed dead
+    store.add_children(children("p", t1, ("c", [])), None, 1000, owner="run-4")
+    store.record_progress("p", t1, True, owner="run-4")
+    store.take("c", "run-5")
+    store.record_progress("c", t2, True, owner="run-5")
+    store.delete_finished(timedelta(0))
+    assert not {"p", "c"} & {p.token for p in store.all()}
+    with pytest.raises(FencedOffError, match="no longer in metadata table"):
+        store.add_children(children("p", t1, ("c", [])), None, 1000, owner="run-3")
+    with pytest.raises(FencedOffError, match="no longer in metadata table"):
+        store.record_progress("p", t2, False, owner="run-3")
+    assert not {"p", "c"} & {p.token for p in store.all()}
+
+
 def test_a_table_of_an_earlier_version_gains_the_owner_column(store):
     start = utc_now()
     old_ddl = [re.sub(r",\s*Owner STRING\(MAX\)", "", store.ddl()[0]), *store.ddl()[1:]]
