@@ -257,7 +257,9 @@ def scale(bench: Bench, mirror_rows: int, mods: int) -> None:
     print(f"scale_setup_s: {time.perf_counter() - began:.1f} ({mirror_rows} mirror rows, {2 * mirror_rows} changelog rows)", flush=True)
     maintenance(bench, lake, "scale_maintenance")
     bench.cut(lake, landing, inserts=0, updates=10)  # warm
+    checks = fence_checks(lake)
     small = bench.cut(lake, landing, inserts=0, updates=10)
+    fence_s = sum(checks)
     large = bench.cut(lake, landing, inserts=0, updates=mods)
     idle, idle_jobs = bench.idle_cut(lake, landing)
     floor = Floor(bench, lake)
@@ -280,6 +282,30 @@ def scale(bench: Bench, mirror_rows: int, mods: int) -> None:
     print(f"mirror_rows_copied_large_cut: {large['rows_copied']}")
     print(f"idle_cut_s: {idle:.2f} ({idle_jobs} jobs; nothing committed since the last cut)")
     print(f"idle_cut_over_small_cut: {idle / small['seconds']:.2f}")
+    # The lake's fence: its checks in a cut (the fence's log listed before and after the manifest
+    # append), and the claim a writer makes once, on its first write, of every table of the lake.
+    print(f"fence_checks_s_per_small_cut: {fence_s:.3f} ({len(checks)} checks)")
+    print(f"fence_share_of_small_cut: {fence_s / small['seconds']:.3f}")
+    began = time.perf_counter()
+    claimed = Lake(bench.spark, str(bench.work / "scale_lake"), holder="the bench's second writer")
+    epoch = claimed.fence.epoch
+    print(f"fence_claim_s: {time.perf_counter() - began:.2f} (epoch {epoch}, {len(claimed.tables())} tables)")
+
+
+def fence_checks(lake: Lake) -> list[float]:
+    """The seconds of each of ``lake``'s fence checks from now on (the fence's own timing)."""
+    seconds: list[float] = []
+    check = lake.fence.check
+
+    def timed(doing: str) -> None:
+        began = time.perf_counter()
+        try:
+            check(doing)
+        finally:
+            seconds.append(time.perf_counter() - began)
+
+    lake.fence.check = timed
+    return seconds
 
 
 def history_cost(bench: Bench, rows: int, mods: int, repeats: int = 3) -> None:

@@ -163,6 +163,7 @@ def advance_lake(
     ``connect`` returns the source database: a caller that cuts again and again (``keep_cutting``)
     gives one that connects once; ``target.connect`` (a client and admin calls) otherwise."""
     started = time.monotonic()
+    lake.fence.check("starting a cut")  # its first cut takes the writer's epoch: an older writer writes nothing after this (``lake.fence``)
     position = position or stream_position(store)  # first the watermark, then the files
     if position is None:
         return None

@@ -107,8 +107,9 @@ CHECKS = {
         "the check's metadata."
     ),
     "mirrors_match_source": (
-        "At the cut, every watched table has a mirror with the source table's row count, and a random sample "
-        "of its primary keys exists in the source read at the cut timestamp. A mismatch means the mirror "
+        "At the cut, every watched table has a mirror with the source table's row count and columns, and a random "
+        "sample of 100 of its rows equals, value by value, the same keys' rows in the source read at the cut "
+        "timestamp. A mismatch (a row missing, a value reverted, a column the source lacks) means the mirror "
         "drifted, or the table was added to the stream after its start: rebuild the tables it names "
         "(mirror_rebuild partitions)."
     ),
@@ -190,12 +191,13 @@ def lake_definitions(
         required_resource_keys={"pyspark", "lake", "landing", resource_key},
     )
     def lake_step(context: AssetExecutionContext):
+        from cs_platform.lake.fence import LakeFencedError
         from cs_platform.lake.stream_lake import IncompleteTransactionsError, UnmappedColumnTypeError, UntypedValueError
         from cs_platform.pipeline import keep_cutting
 
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         lake_settings: LakeResource = context.resources.lake
-        lake = lake_settings.lake(context.resources.pyspark.spark_session, stream)
+        lake = lake_settings.lake(context.resources.pyspark.spark_session, stream, holder=f"lake run {context.run_id}")
         seconds = lake_settings.lake_soft_timeout_seconds if context.run.tags.get(KEEP_CUTTING_TAG) else 0.0
         store, target = change_stream.metadata_store(), change_stream.spanner.target()
         taken, stop = 0, threading.Event()  # set by SIGTERM or Dagster's termination: the run ends after its cut
@@ -246,6 +248,8 @@ def lake_definitions(
             record_before_failing()
             yield assets.on_mirrors(_check(BLOCKING_CHECK, False, {"incomplete": e.count, "sample": str(e.missing)}))
             raise Failure(description=str(e), allow_retries=False) from e
+        except LakeFencedError as e:  # presumed dead, and its successor took the lake: it wrote nothing after that
+            raise Failure(description=str(e), allow_retries=False) from None
         except (UntypedValueError, UnmappedColumnTypeError) as e:  # no retry types them: a fix, an upgrade or a narrower stream does
             record_before_failing()
             if isinstance(e, UntypedValueError):

@@ -1,7 +1,8 @@
 """Lake maintenance in Dagster: one asset per stream, materialized by its own schedule.
 
 Thin: a pass is ``cs_platform.lake.maintenance.maintain``. Its job carries the lake runs'
-concurrency tag, so with the run queue's limit (docs/dagster.md, Concurrency) a pass never runs beside a cut.
+concurrency tag, so with the run queue's limit (docs/dagster.md, Concurrency) a pass never runs beside a cut,
+and it takes the lake's fence (``lake.fence``): a lake run presumed dead writes nothing after it starts.
 The lake's modules load PySpark, so they are imported by the step, not by the code location.
 """
 
@@ -46,7 +47,7 @@ def lake_maintenance_definitions(names: ChangeStreamNames, cron: str) -> Definit
         from cs_platform.lake.maintenance import maintain
 
         lake_settings: LakeResource = context.resources.lake
-        lake = lake_settings.lake(context.resources.pyspark.spark_session, stream)
+        lake = lake_settings.lake(context.resources.pyspark.spark_session, stream, holder=f"maintenance run {context.run_id}")
         result = maintain(lake, lake_settings.kept_cuts_seconds, lake_settings.vacuum_margin_seconds)
         context.log.info(
             f"kept {result.kept_cuts} cuts (dropped {result.cuts_dropped}); files {result.files_before} -> {result.files_after}"

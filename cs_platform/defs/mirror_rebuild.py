@@ -6,7 +6,8 @@ that cut. A backfill over several partitions rebuilds several tables; the lake s
 partitions equal to the tables the stream watches, so a table added to the stream
 (``ALTER CHANGE STREAM … SET FOR …``) appears here to be given its rows. The
 ``mirrors_match_source`` check names the tables that need it. Its job carries the lake runs'
-concurrency tag: a rebuild never runs beside a cut.
+concurrency tag: a rebuild never runs beside a cut, and it takes the lake's fence (``lake.fence``): a
+lake run presumed dead writes nothing after it starts.
 """
 
 from dagster import (
@@ -49,7 +50,7 @@ def mirror_rebuild_definitions(names: ChangeStreamNames, tables: DynamicPartitio
 
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         lake_settings: LakeResource = context.resources.lake
-        lake = lake_settings.lake(context.resources.pyspark.spark_session, stream)
+        lake = lake_settings.lake(context.resources.pyspark.spark_session, stream, holder=f"mirror rebuild run {context.run_id}")
         with naming_settings(stream):
             result = rebuild_mirrors(lake, change_stream.spanner.target(), stream, [context.partition_key])
         context.log.info(f"rebuilt {context.partition_key} at cut {result.cut.isoformat()}: {result.rows[context.partition_key]} rows")

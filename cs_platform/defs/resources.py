@@ -176,14 +176,20 @@ class LakeResource(ConfigurableResource):
     def stream_root(self, stream: str) -> str:
         return stream_root(self.root, validate_identifier(stream, "change stream name"))
 
-    def lake(self, spark: SparkSession, stream: str) -> Lake:
+    def lake(self, spark: SparkSession, stream: str, holder: str = "a lake writer") -> Lake:
+        """The lake of ``stream``; ``holder`` names who writes it (the lake's fence names it in its log and errors)."""
         from cs_platform.lake.stream_lake import POLICIES, Lake  # PySpark: only in the lake's steps (see SparkResource)
 
         settings.check_numbers(self)
         if self.untyped_values not in POLICIES:
             raise InvalidArgumentError(f"CS_PLATFORM_UNTYPED_VALUES={self.untyped_values!r} is not one of {', '.join(POLICIES)}")
         return Lake(
-            spark, self.stream_root(stream), untyped_policy=self.untyped_values, history=self.history_policy(), append_inserts=self.append_inserts
+            spark,
+            self.stream_root(stream),
+            untyped_policy=self.untyped_values,
+            history=self.history_policy(),
+            append_inserts=self.append_inserts,
+            holder=holder,
         )
 
     def history_policy(self) -> HistoryPolicy:

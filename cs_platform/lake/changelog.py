@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cs_platform.lake.delta import DeltaPath
+from cs_platform.lake.fence import Fence
 from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.published import MARKS
 from cs_platform.lake.types import sql_timestamp
@@ -80,9 +81,10 @@ class IngestResult:
 
 
 class Changelog:
-    def __init__(self, spark: SparkSession, table: DeltaPath) -> None:
+    def __init__(self, spark: SparkSession, table: DeltaPath, fence: Fence) -> None:
         self.spark = spark
         self.delta = table
+        self.fence = fence  # every ingest is a fenced write (``lake.fence``)
 
     def exists(self) -> bool:
         return self.delta.exists()
@@ -120,9 +122,13 @@ class Changelog:
         ``metadata``; returns the rows inserted."""
         rows = landed.withColumn("source_file", F.input_file_name()).withColumn("ingested_at", F.current_timestamp())
         if not self.exists():
-            rows.limit(0).write.format("delta").clusterBy(CLUSTER_COLUMN).save(self.delta.uri)  # the MERGE fills it
+            with self.fence.writing():
+                rows.limit(0).write.format("delta").clusterBy(CLUSTER_COLUMN).save(self.delta.uri)  # the MERGE fills it
         within = f"t.{quoted('commit_timestamp')} BETWEEN {sql_timestamp(first)} AND {sql_timestamp(last)}"
         identity = " AND ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in IDENTITY)
         statement = f"ON {within} AND {identity} WHEN NOT MATCHED THEN INSERT *"
-        merged = self.delta.merge(self.spark, rows.dropDuplicates(list(IDENTITY)), statement, json.dumps(metadata))
+        with self.fence.writing():
+            merged = self.delta.merge(self.spark, rows.dropDuplicates(list(IDENTITY)), statement, json.dumps(metadata))
+        if merged is None:  # Delta skipped it: a newer writer took the lake
+            self.fence.check("ingesting landing files")
         return int(merged.num_inserted_rows)

@@ -19,7 +19,8 @@ from pyarrow import fs as pafs
 from cs_platform.storage.location import Location
 
 _LOG = "_delta_log"
-_COMMIT = ".json"  # <20-digit version>.json: one commit; checkpoints and .crc files are ignored
+_COMMIT = ".json"
+CLAIM = "claimed_by"  # what a claim of the lake's fence records (``lake.fence``): no cut, no ingest marks  # <20-digit version>.json: one commit; checkpoints and .crc files are ignored
 
 
 @dataclass(frozen=True)
@@ -70,13 +71,14 @@ class DeltaLog:
         """The ``operationMetrics`` ``version``'s commit recorded (numOutputRows, ...)."""
         return self._commit_info(version).get("operationMetrics", {})
 
-    def recorded(self) -> Iterator[tuple[int, dict[str, Any]]]:
+    def recorded(self, claims: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
         """(version, what it recorded) of each commit that recorded ``userMetadata`` (a JSON
-        object), newest first; commits without it (maintenance, say) are passed over. Lazy: a
-        caller after the latest record reads one or two commit files, not the whole log."""
+        object), newest first; commits without it (maintenance, say) are passed over, and so are
+        the fence's claims unless ``claims``. Lazy: a caller after the latest record reads one or
+        two commit files, not the whole log."""
         for version in reversed(self._commits()):
             metadata = self._recorded_in(version)
-            if metadata is not None:
+            if metadata is not None and (claims or CLAIM not in metadata):
                 yield version, metadata
 
     def all_recorded(self, workers: int = 16) -> list[tuple[int, dict[str, Any]]]:
@@ -86,7 +88,7 @@ class DeltaLog:
         versions = self._commits()
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="delta-log") as pool:
             found = pool.map(self._recorded_in, versions)
-        return [(version, metadata) for version, metadata in zip(versions, found) if metadata is not None]
+        return [(version, metadata) for version, metadata in zip(versions, found) if metadata is not None and CLAIM not in metadata]
 
     def _recorded_in(self, version: int) -> dict[str, Any] | None:
         metadata = self._commit_info(version).get("userMetadata")

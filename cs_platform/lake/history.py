@@ -42,7 +42,7 @@ from cs_platform.lake.delta import DeltaPath
 from cs_platform.lake.history_schema import BOUNDS, OPERATION, SNAPSHOT, TRANSACTION, VALID_FROM, VALID_TO
 from cs_platform.lake.identifiers import quoted
 from cs_platform.lake.mirrors import ensure_columns, final_effects, replace_mirror
-from cs_platform.lake.types import spark_type
+from cs_platform.lake.types import spark_type, sql_timestamp
 
 _KIND = "__kind"  # of a MERGE source row: a new version, or the closing of a key's open version
 
@@ -55,17 +55,69 @@ def history_columns(columns: dict[str, dict]) -> dict[str, dict]:
 
 
 def seed_history(spark: SparkSession, history: DeltaPath, rows: DataFrame, columns: dict[str, dict], cut: datetime) -> int:
-    """Make ``rows`` (typed mirror rows as of ``cut``) the whole history: one ``SNAPSHOT`` version
-    per row, valid from the cut. Returns the history's new version."""
-    seeded = _aligned(rows, columns).select(
+    """Make ``rows`` (typed mirror rows as of ``cut``) the whole of a new history: one ``SNAPSHOT``
+    version per row, valid from the cut. Returns the history's new version."""
+    version, _ = replace_mirror(spark, history, _snapshot_versions(rows, columns, cut), history_columns(columns))
+    return version
+
+
+def _snapshot_versions(rows: DataFrame, columns: dict[str, dict], cut: datetime) -> DataFrame:
+    """``rows`` (the table at ``cut``) as one ``SNAPSHOT`` version each, valid from the cut."""
+    return _aligned(rows, columns).select(
         *[F.col(quoted(c)) for c in columns],
         F.lit(cut).cast("timestamp").alias(VALID_FROM),
         F.lit(None).cast("timestamp").alias(VALID_TO),
         F.lit(None).cast("string").alias(TRANSACTION),
         F.lit(SNAPSHOT).alias(OPERATION),
     )
-    version, _ = replace_mirror(spark, history, seeded, history_columns(columns))
-    return version
+
+
+def evolve_history(spark: SparkSession, history: DeltaPath, columns: dict[str, dict]) -> None:
+    """Give an existing history the table's columns at a reshape (``columns``), keeping every
+    version and every column the table no longer has: an added column is added (NULL in the
+    versions before); a retyped one takes its new type, its earlier values cast by Spark's CAST (a
+    value that does not cast reads NULL; STRING to BYTES gives its UTF-8 bytes, as Spanner's own
+    ALTER COLUMN converts), which rewrites the history once. One write at most: ``reseed_history``
+    follows it in a write group of its own (``lake.fence``)."""
+    wanted = history_columns(columns)
+    present = history.read(spark)
+    kinds = {f.name: f.dataType.simpleString() for f in present.schema.fields}
+    retyped = {c: spark_type(d["type"]) for c, d in wanted.items() if c in kinds and kinds[c] != _simple(spark, spark_type(d["type"]))}
+    if not retyped:
+        ensure_columns(spark, history, wanted)
+        return
+    missing = [F.lit(None).cast(spark_type(d["type"])).alias(c) for c, d in wanted.items() if c not in kinds]
+    rewritten = present.select(*[F.col(quoted(c)).cast(retyped[c]).alias(c) if c in retyped else F.col(quoted(c)) for c in present.columns], *missing)
+    rewritten.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(history.uri)
+
+
+def _simple(spark: SparkSession, sql_type: str) -> str:
+    """A SQL type as Spark's schema names it (``BIGINT`` -> ``bigint``, ``ARRAY<STRING>`` -> ``array<string>``)."""
+    return spark.range(0).select(F.lit(None).cast(sql_type).alias("v")).schema["v"].dataType.simpleString()
+
+
+def reseed_history(spark: SparkSession, history: DeltaPath, rows: DataFrame, columns: dict[str, dict], cut: datetime) -> int:
+    """The table at ``cut`` read whole (joined again, reshaped by DDL, or rebuilt) into its history
+    without losing a version: every version open at the cut is closed at it, and each row opens a
+    ``SNAPSHOT`` version valid from it (a column the table no longer has is NULL in them). Read at
+    its latest version and filtered at any published cut, before the cut or from it on, the history
+    is the table at that cut (invariant 10). One MERGE; a re-run updates the versions it inserted.
+    A new history is seeded (``seed_history``). Returns the history's new version."""
+    if not history.exists():
+        return seed_history(spark, history, rows, columns, cut)
+    keys = [name for name, c in columns.items() if c["is_primary_key"]]
+    source = _snapshot_versions(rows, columns, cut)
+    names = source.columns
+    at = f"CAST({sql_timestamp(cut)} AS TIMESTAMP)"
+    start, end = quoted(VALID_FROM), quoted(VALID_TO)
+    same = " AND ".join([*(f"t.{quoted(k)} <=> s.{quoted(k)}" for k in keys), f"t.{start} = s.{start}"])
+    statement = (
+        f"ON {same} WHEN MATCHED THEN UPDATE SET {', '.join(f'{quoted(c)} = s.{quoted(c)}' for c in names)} "
+        f"WHEN NOT MATCHED THEN INSERT ({', '.join(map(quoted, names))}) VALUES ({', '.join(f's.{quoted(c)}' for c in names)}) "
+        f"WHEN NOT MATCHED BY SOURCE AND t.{end} IS NULL AND t.{start} < {at} THEN UPDATE SET {end} = {at}"
+    )
+    history.merge(spark, source, statement)
+    return history.version()
 
 
 def apply_history(
@@ -122,8 +174,7 @@ def apply_history(
         F.when(closing, "close").otherwise("version").alias(_KIND),
     ).localCheckpoint()
 
-    everything = history_columns(columns)
-    ensure_columns(spark, history, everything)
+    everything = history_columns(columns)  # all in the history already (``mirrors.ensure_columns``)
     same_key = " AND ".join(f"t.{quoted(k)} <=> s.{quoted(k)}" for k in keys)
     start, end, kind = quoted(VALID_FROM), quoted(VALID_TO), quoted(_KIND)
     closes = f"s.{kind} = 'close' AND t.{start} < s.{start} AND (t.{end} IS NULL OR t.{end} = s.{start})"

@@ -18,7 +18,8 @@ per manifest append, and deletion vectors on the mirrors. A maintenance pass bou
 
 Retention is per table. A kept cut opens each mirror at the version the manifest recorded. A file
 of that version is removed, if ever, by a later commit, and lake writers are serialized (one lake
-run per stream), so its removal is stamped no earlier than the version's own commit. A mirror's
+run per stream, and the lake's fence stops one presumed dead: ``lake.fence``), so its removal is
+stamped no earlier than the version's own commit. A mirror's
 retention therefore reaches back to the commit of the oldest version any kept cut pins, plus
 ``margin_seconds``. The manifest's log likewise reaches back to the commit of the oldest kept cut:
 readers find the kept cuts in its commits (``published``), and the commit that deleted the older
@@ -92,6 +93,7 @@ def maintain(lake: Lake, kept_seconds: float, margin_seconds: float) -> Maintena
         raise ValueError(f"{KEPT_CUTS_SETTING}={kept_seconds:g}: cannot be negative (0 keeps the latest cut only)")
     if margin_seconds < 0:
         raise ValueError(f"{MARGIN_SETTING}={margin_seconds}: the VACUUM margin cannot be negative")
+    lake.fence.check("starting maintenance")  # takes its epoch: a lake run presumed dead writes nothing after this (``lake.fence``)
     cuts, dropped, pinned = _expire_cuts(lake, kept_seconds)
     tables = [(name, table, None) for name, table in (("changelog", lake.changelog.delta), ("quarantine", lake.quarantine.delta))]
     tables += [(f"mirrors/{name}", lake.mirror(name), version) for name, version in sorted(pinned.items())]
@@ -116,7 +118,7 @@ def _expire_cuts(lake: Lake, kept_seconds: float) -> tuple[list[datetime], int, 
     dropped = len(published) - len(kept)
     if dropped:
         expired = json.dumps({EXPIRED_BEFORE: kept[0].cut.isoformat()})
-        with session_conf(lake.spark, {USER_METADATA: expired}):
+        with session_conf(lake.spark, {USER_METADATA: expired}), lake.fence.writing():
             lake.spark.sql(f"DELETE FROM delta.{quoted(lake.manifest.uri)} WHERE {quoted('cut_timestamp')} < {sql_timestamp(kept[0].cut)}")
     pinned: dict[str, int] = {}
     for cut in kept:

@@ -118,11 +118,11 @@ def replace_mirror(spark: SparkSession, mirror: DeltaPath, rows: DataFrame, colu
 
 def apply_changes(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, columns: dict[str, dict]) -> int:
     """Bring ``mirror`` up to date with ``changes`` (one table's, whose columns are ``columns``,
-    see :func:`column_types_by_table`) in one MERGE; returns the mirror's new version."""
+    see :func:`column_types_by_table`, all in the mirror already: :func:`ensure_columns`) in one
+    MERGE; returns the mirror's new version."""
     keys = [name for name, c in columns.items() if c["is_primary_key"]]
     others = [name for name in columns if name not in keys]
     op = quoted("__op")
-    ensure_columns(spark, mirror, columns)
     clauses = [
         "ON " + " AND ".join(f"t.{quoted(k)} <=> s.{quoted(k)}" for k in keys),
         f"WHEN MATCHED AND s.{op} = 'DELETE' THEN DELETE",
@@ -147,8 +147,8 @@ def append_inserts(spark: SparkSession, mirror: DeltaPath, changes: DataFrame, c
     fails on an existing row, so a key first inserted after the previous cut is not in a mirror that
     holds exactly the source at that cut (``Lake`` decides when it does). An append reads nothing of
     the mirror, where a MERGE joins the changes with it first: a 10-row append costs ~0.14 s, a MERGE
-    ~0.66 s (docs/tuning.md), and audit, event and ledger tables only ever take inserts."""
-    ensure_columns(spark, mirror, columns)
+    ~0.66 s (docs/tuning.md), and audit, event and ledger tables only ever take inserts. The
+    mirror has ``columns`` already (:func:`ensure_columns`)."""
     rows = final_effects(changes, columns).where(F.col("__op") == "REPLACE")  # one row per key, as the MERGE would insert
     rows.select(*[F.col(quoted(name)) for name in columns]).write.format("delta").mode("append").save(mirror.uri)
     return mirror.version()
@@ -160,19 +160,21 @@ def primary_key(spark: SparkSession, mirror: DeltaPath) -> list[str]:
 
 
 def ensure_columns(spark: SparkSession, mirror: DeltaPath, columns: dict[str, dict]) -> None:
-    """Create the mirror, or add the columns it lacks. A new mirror has deletion vectors, so a
-    MERGE marks the rows it replaces instead of copying the rest of their files (the maintenance
-    job purges the marks), and is clustered by its primary key, so OPTIMIZE keeps each key range
-    in few files."""
+    """Create the mirror, or add the columns it lacks (a write of its own, before the write that
+    fills them: ``lake.fence``). A new mirror has deletion vectors, so a MERGE marks the rows it replaces instead
+    of copying the rest of their files (the maintenance job purges the marks), and is clustered by
+    its primary key, so OPTIMIZE keeps each key range in few files. Columns are added by an empty
+    append with ``mergeSchema``, not ``ALTER TABLE``: delta-spark records no transaction identifier
+    on an ALTER, so a writer the lake's fence stopped could still run one."""
     wanted = {name: spark_type(c["type"]) for name, c in columns.items()}
     if not mirror.exists():
         schema = ", ".join(f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items())
         spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quoted(mirror.uri)} ({schema}) {_table_definition(columns)}")
         return
-    present = set(mirror.read(spark).columns)
-    missing = [f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items() if name not in present]
+    present = mirror.read(spark)
+    missing = [F.lit(None).cast(sql_type).alias(name) for name, sql_type in wanted.items() if name not in present.columns]
     if missing:
-        spark.sql(f"ALTER TABLE delta.{quoted(mirror.uri)} ADD COLUMNS ({', '.join(missing)})")
+        present.limit(0).select("*", *missing).write.format("delta").mode("append").option("mergeSchema", "true").save(mirror.uri)
 
 
 def _table_definition(columns: dict[str, dict]) -> str:

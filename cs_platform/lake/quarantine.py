@@ -19,10 +19,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from cs_platform.lake.delta import DeltaPath
+from cs_platform.lake.fence import Fence
 from cs_platform.lake.identifiers import quoted, sql_string
 from cs_platform.lake.types import untyped, utc
-
-_APP_ID = "cs_platform.cut"  # idempotent appends: a re-run cut adds its quarantine rows once
+from cs_platform.landing.rows import IDENTITY
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,10 @@ def _type_name(spanner: dict) -> str:
 class Quarantine:
     """``<lake>/quarantine``: the changelog rows of transactions a cut set aside, with the reason."""
 
-    def __init__(self, spark: SparkSession, table: DeltaPath) -> None:
+    def __init__(self, spark: SparkSession, table: DeltaPath, fence: Fence) -> None:
         self.spark = spark
         self.delta = table
+        self.fence = fence  # every write is fenced (``lake.fence``)
 
     def add(self, changes: DataFrame, values: list[UntypedValue], cut: datetime) -> None:
         reasons = {}
@@ -84,10 +85,13 @@ class Quarantine:
             .withColumn("cut_timestamp", F.lit(cut))
             .withColumn("quarantined_at", F.current_timestamp())
         )
-        micros = int(cut.timestamp() * 1_000_000)
-        rows.write.format("delta").mode("append").option("txnAppId", _APP_ID).option("txnVersion", micros).option(
-            "mergeSchema", "true"
-        ).save(self.delta.uri)
+        # Inserted once by change identity: a cut tried again after a crash sets the same ones aside.
+        if not self.exists():
+            with self.fence.writing():
+                rows.limit(0).write.format("delta").save(self.delta.uri)
+        identity = " AND ".join(f"t.{quoted(c)} = s.{quoted(c)}" for c in IDENTITY)
+        with self.fence.writing():
+            self.delta.merge(self.spark, rows, f"ON {identity} WHEN NOT MATCHED THEN INSERT *")
 
     def exists(self) -> bool:
         return self.delta.exists()

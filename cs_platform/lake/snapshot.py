@@ -7,7 +7,9 @@ mirror, then publishes cut T0 in the manifest, recording every mirror's version.
 
 A rebuild is the same at the lake's latest cut, for some tables: their mirrors are replaced by their
 rows at that cut and the manifest records their new versions at it; the next cut applies what came
-after. That repairs a drifted mirror, and gives a table added to the stream later
+after. A table's history keeps every version it had: those open at the cut are closed at it, and the
+rows at the cut open new ones (``history.reseed_history``), in the table's columns at the cut (the
+history keeps the columns the table dropped, and casts those it retyped: ``history.evolve_history``). That repairs a drifted mirror, and gives a table added to the stream later
 (``ALTER CHANGE STREAM … SET FOR …``) the rows it had before (``pipeline`` does it at the first cut
 that finds the table watched).
 
@@ -38,7 +40,7 @@ from cs_platform.changestream.catalog import WatchedTable
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.table_snapshot import SnapshotPartition, SnapshotPlan, read_partition
 from cs_platform.lake.delta import USER_METADATA, session_conf
-from cs_platform.lake.history import seed_history
+from cs_platform.lake.history import evolve_history, reseed_history
 from cs_platform.lake.mirrors import column_types_by_table, replace_mirror, typed_rows
 from cs_platform.lake.published import cut_record
 from cs_platform.lake.stream_lake import Lake, StaleSnapshotError, plain_datetime
@@ -70,12 +72,15 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan, shapes:
             f"{plan.read_timestamp.isoformat()}: nothing was written"
         )
 
+    def columns_of(table: WatchedTable) -> dict[str, dict]:
+        return column_types_by_table([(table.name, column_types_json(table.columns))])[table.name]
+
     def load(table: WatchedTable) -> tuple[int, int]:
-        columns = column_types_by_table([(table.name, column_types_json(table.columns))])[table.name]
+        columns = columns_of(table)
         read = read_rows(lake.spark, target, plan, plan.of(table.name))
         version, rows = replace_mirror(lake.spark, lake.mirror(table.name), typed_rows(read, columns), columns)
-        if lake.history.keeps(table.name):  # one SNAPSHOT version per row, from the mirror just written
-            seed_history(lake.spark, lake.history_table(table.name), lake.mirror(table.name).read(lake.spark, version), columns, cut)
+        if lake.history.keeps(table.name):  # one SNAPSHOT version per row, from the mirror just written; earlier versions kept
+            reseed_history(lake.spark, lake.history_table(table.name), lake.mirror(table.name).read(lake.spark, version), columns, cut)
         return version, rows
 
     # The tables are written side by side: one table's reads, commit and log reads overlap another's.
@@ -83,8 +88,15 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan, shapes:
     cut = plain_datetime(plan.read_timestamp)
     record = cut_record(cut, published.previous if published else None)
     workers = min(len(plan.tables), PARALLEL_TABLES) or 1
-    with session_conf(lake.spark, {USER_METADATA: record}), ThreadPoolExecutor(workers, thread_name_prefix="snapshot") as pool:
-        loaded = dict(zip((t.name for t in plan.tables), pool.map(load, plan.tables)))
+    # Existing histories first take the tables' columns (a reshape), a write group of their own;
+    # then one group (``lake.fence``): a table's mirror and its history are two tables, each written once.
+    histories = [t for t in plan.tables if lake.history.keeps(t.name) and lake.history_table(t.name).exists()]
+    with session_conf(lake.spark, {USER_METADATA: record}):
+        if histories:
+            with lake.fence.writing(), ThreadPoolExecutor(min(len(histories), PARALLEL_TABLES), thread_name_prefix="snapshot") as pool:
+                list(pool.map(lambda t: evolve_history(lake.spark, lake.history_table(t.name), columns_of(t)), histories))
+        with lake.fence.writing(), ThreadPoolExecutor(workers, thread_name_prefix="snapshot") as pool:
+            loaded = dict(zip((t.name for t in plan.tables), pool.map(load, plan.tables)))
     versions = {table: version for table, (version, _) in loaded.items()}
     rows = {table: count for table, (_, count) in loaded.items()}
     lake.publish_snapshot(plan.read_timestamp, versions, shapes)

@@ -41,10 +41,11 @@ from pyspark.sql import functions as F
 
 from cs_platform.lake.changelog import Changelog
 from cs_platform.lake.delta import USER_METADATA, DeltaPath, session_conf
-from cs_platform.lake.history import apply_history, history_at, seed_history
+from cs_platform.lake.fence import FENCE_TABLE, Fence
+from cs_platform.lake.history import apply_history, history_at, history_columns, seed_history
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.identifiers import quoted
-from cs_platform.lake.mirrors import MATERIALIZE_SOURCE, append_inserts, apply_changes, column_types_by_table
+from cs_platform.lake.mirrors import MATERIALIZE_SOURCE, append_inserts, apply_changes, column_types_by_table, ensure_columns
 from cs_platform.lake.published import (
     ROOT_SETTING,
     PublishedCut,
@@ -82,6 +83,10 @@ class IncompleteTransactionsError(RuntimeError):
 
 class StaleSnapshotError(RuntimeError):
     """A snapshot was read at a cut that is no longer the lake's latest; nothing was recorded."""
+
+
+class ManifestOrderError(RuntimeError):
+    """A cut at or below the newest published one was about to be published: nothing was."""
 
 
 class UnmappedColumnTypeError(RuntimeError):
@@ -162,6 +167,7 @@ class Lake:
         untyped_policy: str = "fail",
         history: HistoryPolicy = HistoryPolicy(),
         append_inserts: bool = True,
+        holder: str = "a lake writer",
     ) -> None:
         if untyped_policy not in POLICIES:
             raise ValueError(f"untyped value policy {untyped_policy!r} is not one of {', '.join(POLICIES)}")
@@ -176,8 +182,11 @@ class Lake:
         spark.conf.set(TIMESTAMP_ENCODING, "TIMESTAMP_MICROS")
         self.root = absolute_root(root)
         self.location = Location(self.root, ROOT_SETTING)
-        self.changelog = Changelog(spark, changelog_table(self.location))
-        self.quarantine = Quarantine(spark, DeltaPath.under(self.location, "quarantine"))
+        # Taken on the first write, with ``holder`` naming who writes (``lake.fence``): a writer
+        # that only reads takes no epoch.
+        self.fence = Fence(spark, DeltaPath.under(self.location, FENCE_TABLE), holder, self.tables)
+        self.changelog = Changelog(spark, changelog_table(self.location), self.fence)
+        self.quarantine = Quarantine(spark, DeltaPath.under(self.location, "quarantine"), self.fence)
         self.manifest = DeltaPath.under(self.location, "manifest")
         self.untyped_policy = untyped_policy
         self.history = history
@@ -199,6 +208,13 @@ class Lake:
 
     def history_table(self, table: str) -> DeltaPath:
         return DeltaPath.under(self.location, "history", table)
+
+    def tables(self) -> list[DeltaPath]:
+        """Every Delta table of the lake but the fence: changelog, manifest, quarantine, mirrors, history tables."""
+        fixed = [self.changelog.delta, self.manifest, self.quarantine.delta]
+        base = self.location.base
+        kept = [DeltaPath.under(self.location, kind, name) for kind in ("mirrors", "history") for name in self.location.children(f"{base}/{kind}")]
+        return [t for t in (*fixed, *kept) if t.exists()]
 
     def last_published(self) -> PublishedCut | None:
         """The latest cut and its mirror versions, from the manifest's last commit (no Spark job)."""
@@ -297,26 +313,45 @@ class Lake:
         work; 10-mod cuts with a history table went from 1.8x to 1.5x the cut without). Nothing
         reads what another writes: a history's prior state is itself at the previous cut, which no
         write of this cut changes. A mirror whose changes only insert is appended to when
-        ``_appendable``. Returns the new versions of the mirrors and of the history tables, and the
-        mirrors appended to."""
+        ``_appendable``. Two groups of writes, each under one fenced transaction version
+        (``lake.fence``: a table is written at most once in each): first the tables' shapes (a
+        mirror or history created, columns added, a history turned on seeded from its mirror at
+        the previous cut), then their rows. Returns the new versions of the mirrors and of the
+        history tables, and the mirrors appended to."""
         appended = self._appendable([t for t in types if t not in updated], published)
-        writes = {}
+        prior = published.versions if published else {}
+        shapes, writes = [], {}
         for table, columns in types.items():
             changed = changes.where(F.col("table_name") == table)
+            shapes.append(partial(ensure_columns, self.spark, self.mirror(table), columns))
             write = append_inserts if table in appended else apply_changes
             writes[("mirror", table)] = partial(write, self.spark, self.mirror(table), changed, columns)
             if self.history.keeps(table):
+                history = self.history_table(table)
+                if not history.exists() and table in prior:  # turned on for a table with a mirror: seeded from it
+                    before = self.mirror(table).read(self.spark, prior[table])
+                    shapes.append(partial(seed_history, self.spark, history, before, columns, published.cut))
+                else:
+                    shapes.append(partial(ensure_columns, self.spark, history, history_columns(columns)))
                 writes[("history", table)] = partial(self._write_history, table, changed, columns, published)
         # Set once on the session for all of them (SQL commits take both from there): every commit
         # names its cut, and no MERGE copies its source, a checkpoint already (``mirrors``).
         settings = {USER_METADATA: record, MATERIALIZE_SOURCE: "none"}
-        with session_conf(self.spark, settings), ThreadPoolExecutor(min(len(writes), PARALLEL_WRITES) or 1, "cut") as pool:
-            done = dict(zip(writes, pool.map(lambda write: write(), writes.values())))
+        with session_conf(self.spark, settings):
+            self._side_by_side(shapes)
+            done = dict(zip(writes, self._side_by_side(list(writes.values()))))
         return (
             {table: v for (kind, table), v in done.items() if kind == "mirror"},
             {table: v for (kind, table), v in done.items() if kind == "history"},
             appended,
         )
+
+    def _side_by_side(self, writes: list) -> list:
+        """Run ``writes`` (no table twice), at most PARALLEL_WRITES at once, as one fenced group."""
+        if not writes:
+            return []
+        with self.fence.writing(), ThreadPoolExecutor(min(len(writes), PARALLEL_WRITES), "cut") as pool:
+            return list(pool.map(lambda write: write(), writes))
 
     def _appendable(self, tables: list[str], published: PublishedCut | None) -> tuple[str, ...]:
         """Those of ``tables`` (whose changes only insert) whose mirror holds exactly the source table
@@ -329,7 +364,7 @@ class Lake:
         if not self.append_inserts or self.quarantine.exists():
             return ()
         published_versions = published.versions if published else {}
-        return tuple(t for t in tables if self.mirror(t).version() == published_versions.get(t))
+        return tuple(t for t in tables if t in published_versions and self.mirror(t).version() == published_versions[t])
 
     def histories_at_cut(self, cut: datetime | None = None) -> dict[str, DataFrame]:
         """Every history table's versions valid at one cut (the latest if None), read at the
@@ -341,17 +376,11 @@ class Lake:
     def _write_history(self, table: str, changes: DataFrame, columns: dict[str, dict], published: PublishedCut | None) -> int:
         """The cut's versions into the table's history, the state before them read from the history
         itself at the previous cut (``history_at``: exact even after a crashed attempt wrote later
-        versions, and a read of the latest version, not a time travel). A history turned on for a
-        table with a mirror starts from that mirror at the previous cut, seeded."""
+        versions, and a read of the latest version, not a time travel; a history turned on for a
+        table with a mirror was seeded from that mirror at the previous cut: ``_write_tables``)."""
         history = self.history_table(table)
-        prior = published.versions.get(table) if published else None
-        if prior is None:
-            before = None  # a table new in this cut
-        elif history.exists():
-            before = history_at(history.read(self.spark), published.cut)
-        else:
-            before = self.mirror(table).read(self.spark, prior)
-            seed_history(self.spark, history, before, columns, published.cut)
+        new = published is None or table not in published.versions  # a table new in this cut
+        before = None if new else history_at(history.read(self.spark), published.cut)
         return apply_history(self.spark, history, before, changes, columns)
 
     def publish_snapshot(self, cut: datetime, versions: dict[str, int], shapes: dict[str, str] | None = None) -> None:
@@ -375,17 +404,41 @@ class Lake:
         frozen = {table: since for table, since in published.frozen.items() if table not in versions}
         shapes = {**published.shapes, **(shapes or {})}
         recorded = PublishedCut(cut, dict(sorted({**published.versions, **versions}.items())), published.previous, frozen, shapes)
-        self.manifest.merge(
-            self.spark,
-            rows,
-            f"ON {on} WHEN MATCHED THEN UPDATE SET {version} = s.{version}, {committed} = s.{committed} WHEN NOT MATCHED THEN INSERT *",
-            recorded.to_json(),
-        )
+        self.fence.check("recording its snapshot")
+        with self.fence.writing():
+            self.manifest.merge(
+                self.spark,
+                rows,
+                f"ON {on} WHEN MATCHED THEN UPDATE SET {version} = s.{version}, {committed} = s.{committed} WHEN NOT MATCHED THEN INSERT *",
+                recorded.to_json(),
+            )
+        self.fence.check("recording its snapshot")
 
     def _publish(self, cut: PublishedCut, transactions: int, mods: int) -> None:
-        """One manifest append: a row per mirror, and the cut in the commit's metadata."""
+        """One manifest append: a row per mirror, and the cut in the commit's metadata; fenced
+        (``lake.fence``), and only above the newest published cut: the manifest is monotone."""
+        self._check_order(cut.cut, "publishing its cut")
         rows = self._manifest_frame(cut, transactions, mods)
-        rows.write.format("delta").mode("append").option("userMetadata", cut.to_json()).save(self.manifest.uri)
+        with self.fence.writing():
+            rows.write.format("delta").mode("append").option("userMetadata", cut.to_json()).save(self.manifest.uri)
+        self._read_back(cut.cut, "publishing its cut")
+
+    def _check_order(self, cut: datetime, doing: str) -> None:
+        """Stop a writer the fence stopped, or one whose cut is not above the newest published."""
+        self.fence.check(doing)
+        newest = self.last_published()
+        if newest is not None and cut <= newest.cut:
+            raise ManifestOrderError(
+                f"{self.fence.holder} was about to publish cut {cut.isoformat()}, but cut {newest.cut.isoformat()} is published: "
+                "the manifest only moves forward, nothing was published"
+            )
+
+    def _read_back(self, cut: datetime, doing: str) -> None:
+        """The newest published cut is ``cut``, or this writer was fenced (Delta skipped its append)."""
+        newest = self.last_published()
+        if newest is None or newest.cut != cut:
+            self.fence.check(doing)
+            raise ManifestOrderError(f"{self.fence.holder} published cut {cut.isoformat()}, but the manifest's newest cut is {newest and newest.cut}")
 
     def _manifest_frame(self, cut: PublishedCut, transactions: int, mods: int) -> DataFrame:
         """The manifest's rows of ``cut``: one per mirror, built from literals in the JVM (a frame

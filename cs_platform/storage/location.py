@@ -74,6 +74,13 @@ class Location:
 
         return self.filesystem.get_file_info(path).type != pafs.FileType.NotFound
 
+    def children(self, directory: str) -> list[str]:
+        """The names of the directories right under ``directory`` (none if it does not exist)."""
+        from pyarrow import fs as pafs
+
+        selector = pafs.FileSelector(directory, allow_not_found=True)
+        return sorted(i.base_name for i in self.filesystem.get_file_info(selector) if i.type == pafs.FileType.Directory)
+
     def read_text(self, path: str) -> str:
         if self.is_local:
             return Path(path).read_text()

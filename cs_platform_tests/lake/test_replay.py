@@ -53,8 +53,9 @@ def test_replayed_ingest_and_killed_apply_end_identical_to_a_clean_run(spark, tm
     os.killpg(process.pid, signal.SIGKILL)  # the Python driver and its Spark JVM
     assert process.wait(timeout=30) == -signal.SIGKILL
     assert replayed.last_cut() == middle  # the manifest never saw the killed cut
-    replayed.changelog.ingest(files)
-    result = replayed.apply_cut(last)  # re-run
+    rerun = Lake(spark, replayed.root)  # the next lake run: a writer newer than the killed one (``lake.fence``)
+    rerun.changelog.ingest(files)
+    result = rerun.apply_cut(last)
 
     assert snapshot(replayed) == snapshot(clean)
     assert "Transfers" not in result.appended  # it has a version the manifest has not published: merged
