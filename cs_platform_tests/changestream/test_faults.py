@@ -4,9 +4,12 @@ which recovers lost and repeated nothing.
 
 The expensive part is shared: one bank workload writes for a few seconds while every row's reader
 streams the same range live, side by side, each through a front of its own (``dev/spanner_front.py``)
-with its fault injected mid-stream. A fault fires on a response a query has sent, so how many a read
-gets before its range ends depends on the machine's speed: a row whose faults have not all fired
-(or none of whose queries was streamed) when its range ends reads another range, from then on, live,
+with its fault injected mid-stream. A fault fires on a response a query has sent, and a query sends
+more than one only while its partition is live: on the suite's emulator, whose partitions end every
+3-6 s, a reader slowed by a loaded machine queries partitions that have already ended, each served
+whole in one response, and no mid-stream fault ever fires. So the module has an emulator of its own
+whose partitions do not churn (churn is not what it tests). Should a read still end first, a row whose faults have not all
+fired (or none of whose queries was streamed) when its range ends reads another range, from then on, live,
 with a new metadata table, until they have (at most ``ROUNDS`` ranges). Afterwards a clean read of
 each range, straight from the emulator and settled, says what each read had to hold in the ranges
 it read; each row is then its own test.
@@ -14,10 +17,12 @@ it read; each row is then its own test.
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Iterator
 
 import pytest
 from grpc import StatusCode
@@ -29,9 +34,10 @@ from cs_platform.changestream.query import ChangeStreamQuery
 from cs_platform.changestream.reader import PartitionReader, RetryPolicy
 from cs_platform.changestream.tail import STREAMING
 from cs_platform.dev.deadline import load_per_core
+from cs_platform.dev.emulator import SpannerEmulator
 from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.dev.spanner_front import OUT_OF_MEMORY, Fault, SpannerFront
-from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl
+from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
 from cs_platform.errors import TerminalError, TransientError
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 
@@ -159,18 +165,29 @@ def read_stream(reader: CountingReader, start: datetime, end: datetime, outcome:
 
 
 @pytest.fixture(scope="module")
-def live(make_database, emulator) -> tuple[dict[str, Outcome], list]:
+def calm_emulator(tmp_path_factory) -> Iterator[SpannerEmulator]:
+    """An emulator of the module's own, whose partitions live until a query's end (module docstring)."""
+    with SpannerEmulator(churn=False, log_path=tmp_path_factory.mktemp("calm") / "emulator.log") as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def live(calm_emulator) -> tuple[dict[str, Outcome], list]:
     """Every row's read of one live workload, side by side, range after range until each row's
     faults have all fired, and the clean read's (commit timestamp, change identity) pairs."""
-    bank = make_database(BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
-    workload = BankWorkload(bank)
-    fronts = {name: SpannerFront(emulator.host, poll_s=0.25).start() for name in ROWS}
-    metadata = {name: make_database([]).database_id for name in ROWS}
+    emulator = calm_emulator
     outcomes: dict[str, Outcome] = {}
     environment = pytest.MonkeyPatch.context()
+    fronts: dict[str, SpannerFront] = {}
     try:
         # The client prefers SPANNER_EMULATOR_HOST to the address it is given: keep it from going round the fronts.
         environment.__enter__().delenv("SPANNER_EMULATOR_HOST", raising=False)
+        instance = create_instance(SpannerTarget(PROJECT, INSTANCE, "unused", emulator.host).client(), INSTANCE)
+        names = (f"db-{n}" for n in itertools.count())
+        bank = create_database(instance, next(names), BANK_TABLES_DDL + [bank_stream_ddl("BankStream")])
+        workload = BankWorkload(bank)
+        metadata = {name: create_database(instance, next(names), []).database_id for name in ROWS}
+        fronts.update({name: SpannerFront(emulator.host, poll_s=0.25).start() for name in ROWS})
         for name, front in fronts.items():
             front.inject(*ROWS[name].faults)
         reading = list(ROWS)
@@ -216,10 +233,12 @@ def live(make_database, emulator) -> tuple[dict[str, Outcome], list]:
             front.stop()
     ranges = sorted({r for o in outcomes.values() for r in o.ranges})
     clean = []
-    for number, (start, end) in enumerate(ranges):
-        read = read_stream(bank_reader(emulator.host, bank.database_id, metadata["unavailable"], f"Clean{number}", QUICK), start, end)
-        assert read.error is None, read.error
-        clean += read.ids
+    with pytest.MonkeyPatch.context() as calm:
+        calm.delenv("SPANNER_EMULATOR_HOST", raising=False)  # the module's emulator, straight
+        for number, (start, end) in enumerate(ranges):
+            read = read_stream(bank_reader(emulator.host, bank.database_id, metadata["unavailable"], f"Clean{number}", QUICK), start, end)
+            assert read.error is None, read.error
+            clean += read.ids
     assert len(clean) == len({i for _, i in clean}) == committed_in(workload, ranges)
     assert committed_in(workload, ranges[:1]) >= 40  # the accounts opened at the first range's start, at least
     return outcomes, sorted(clean)
