@@ -15,6 +15,7 @@ from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.connection import database_dialect
 from cs_platform.changestream.query import quote_table, validate_identifier, validate_table
+from cs_platform.changestream.values import read_text
 
 
 def key_value(value: Any) -> Any:
@@ -36,6 +37,17 @@ class SourceSnapshot:
         dialect = database_dialect(self.database)
         with self.database.snapshot(read_timestamp=self.read_timestamp) as snap:
             return list(snap.execute_sql(f"SELECT COUNT(*) FROM {quote_table(table, dialect)}"))[0][0]
+
+    def rows_as_text(self, table: str, columns: Sequence[str], key_columns: Sequence[str], keys: Sequence[Sequence]) -> list[tuple[str | None, ...]]:
+        """The rows of ``keys`` (primary key values, in ``key_columns`` order) that exist at the
+        timestamp, each value of ``columns`` as the text the lake casts (``values.read_text``, as a
+        snapshot reads them): typed by the lake's own casts, they compare with a mirror's rows."""
+        if not keys:
+            return []
+        names = [validate_identifier(c, "column name") for c in columns]
+        keyset = spanner.KeySet(keys=[[key_value(v) for v in k] for k in keys])
+        with self.database.snapshot(read_timestamp=self.read_timestamp) as snap:
+            return [tuple(map(read_text, row)) for row in snap.read(validate_table(table), names, keyset, lazy_decode=True)]
 
     def existing_keys(self, table: str, key_columns: Sequence[str], keys: Sequence[Sequence]) -> set[tuple]:
         """Which of ``keys`` (primary key values, in key column order) exist at the timestamp."""

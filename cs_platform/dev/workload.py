@@ -103,6 +103,13 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def _stamp() -> datetime:
+    """A TIMESTAMP value to write: now, in whole seconds. The emulator cuts TIMESTAMP values in
+    change records to whole seconds (EMULATOR.md, an emulator bug: Cloud Spanner keeps them whole),
+    so a mirror built from the stream equals the source value by value only for such values."""
+    return _now().replace(microsecond=0)
+
+
 def start_after(committed: datetime) -> datetime:
     """A stream start after a commit at ``committed``: on the emulator commit timestamps run ahead
     of the host clock (EMULATOR.md), so the host's "now" just after a commit can still precede it."""
@@ -121,6 +128,8 @@ class BankWorkload:
     seed: int = 7
     balances: dict[str, int] = field(default_factory=dict)
     committed: list[CommittedTransaction] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)  # the audit events that exist
+    deleted: str | None = None  # an audit event ``recycle_event`` deleted, to insert again
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
@@ -129,9 +138,10 @@ class BankWorkload:
         account = str(uuid.UUID(int=self._random.getrandbits(128)))
         event = str(uuid.UUID(int=self._random.getrandbits(128)))
         with self.database.batch() as batch:
-            batch.insert("Accounts", ["AccountId", "Balance", "UpdatedAt"], [[account, INITIAL_BALANCE, _now()]])
+            batch.insert("Accounts", ["AccountId", "Balance", "UpdatedAt"], [[account, INITIAL_BALANCE, _stamp()]])
             batch.insert("AuditEvents", ["EventId", "Kind", "Payload"], [[event, "open", json.dumps({"account": account})]])
         self.balances[account] = INITIAL_BALANCE
+        self.events.append(event)
         self._log(
             batch.committed,
             CommittedMod("Accounts", key_json(AccountId=account), "INSERT"),
@@ -146,7 +156,7 @@ class BankWorkload:
         event = str(uuid.UUID(int=self._random.getrandbits(128)))
         new_source = self.balances[source] - amount
         new_target = self.balances[target] + amount
-        now = _now()
+        now = _stamp()
         with self.database.batch() as batch:
             batch.update(
                 "Accounts",
@@ -160,6 +170,7 @@ class BankWorkload:
             )
             batch.insert("AuditEvents", ["EventId", "Kind", "Payload"], [[event, "transfer", json.dumps({"transfer": transfer_id})]])
         self.balances[source], self.balances[target] = new_source, new_target
+        self.events.append(event)
         self._log(
             batch.committed,
             CommittedMod("Accounts", key_json(AccountId=source), "UPDATE"),
@@ -174,7 +185,7 @@ class BankWorkload:
         are, so the bank's sum holds): ``2 x events + accounts`` mods, the shape of a nightly batch
         job. Cloud Spanner takes up to 80,000 mutations a commit; the emulator writes a few
         thousand rows a commit in seconds when a stream watches them."""
-        accounts, now = sorted(self.balances), _now()
+        accounts, now = sorted(self.balances), _stamp()
         transfers = [str(uuid.UUID(int=self._random.getrandbits(128))) for _ in range(events)]
         audits = [str(uuid.UUID(int=self._random.getrandbits(128))) for _ in range(events)]
         pairs = [(accounts[i % len(accounts)], accounts[(i + 1) % len(accounts)]) for i in range(events)]
@@ -193,6 +204,22 @@ class BankWorkload:
             *(CommittedMod("AuditEvents", key_json(EventId=e), "INSERT") for e in audits),
         )
 
+    def recycle_event(self) -> None:
+        """Delete an audit event, or insert the one deleted last time again (with another kind): a
+        key deleted and re-inserted, each in a transaction of its own. The bank's sums are untouched."""
+        with self.database.batch() as batch:
+            if self.deleted is None:
+                event = self.events.pop(self._random.randrange(len(self.events)))
+                batch.delete("AuditEvents", spanner.KeySet(keys=[[event]]))
+            else:
+                event = self.deleted
+                batch.insert("AuditEvents", ["EventId", "Kind", "Payload"], [[event, "reopened", json.dumps({"event": event})]])
+        mod = "DELETE" if self.deleted is None else "INSERT"
+        self.deleted = event if self.deleted is None else None
+        if self.deleted is None:
+            self.events.append(event)
+        self._log(batch.committed, CommittedMod("AuditEvents", key_json(EventId=event), mod))
+
     def _log(self, commit_timestamp: datetime, *mods: CommittedMod) -> None:
         self.committed.append(CommittedTransaction(commit_timestamp, mods))
 
@@ -208,15 +235,20 @@ class BankWorkload:
             if progress_every and (i + 1) % progress_every == 0:
                 log.info("workload: %d transfers committed (%.0f tx/s)", i + 1, (i + 1) / (time.monotonic() - started))
 
-    def run_until(self, stop_at: datetime, per_second: float, accounts: int = 20, stop: threading.Event | None = None) -> None:
+    def run_until(
+        self, stop_at: datetime, per_second: float, accounts: int = 20, stop: threading.Event | None = None, recycle_every: int = 0
+    ) -> None:
         """Create ``accounts`` accounts, then transfer at about ``per_second`` until a commit passes
-        ``stop_at`` (or ``stop`` is set). Paced because unpaced writes starve the emulator's
-        partition churn thread."""
+        ``stop_at`` (or ``stop`` is set), and every ``recycle_every`` transfers (0: never) delete an
+        audit event or insert it again (``recycle_event``). Paced because unpaced writes starve the
+        emulator's partition churn thread."""
         for _ in range(accounts):
             self.create_account()
         began = time.monotonic()
         while self.committed[-1].commit_timestamp < stop_at and not (stop and stop.is_set()):
             self.transfer()
+            if recycle_every and len(self.committed) % recycle_every == 0:
+                self.recycle_event()
             ahead = began + len(self.committed) / per_second - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
