@@ -22,6 +22,7 @@ from google.cloud.spanner_v1 import KeySet
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.workload import BANK_TABLES, BANK_TABLES_DDL
 from cs_platform.lake.cli import main as lake_cli
+from cs_platform.lake.history import history_at
 from cs_platform.lake.identifiers import quoted, sql_string
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
@@ -60,6 +61,24 @@ def rows_at(database, cut, table: str, columns: list[str]) -> set:
         return {tuple(tuple(v) if isinstance(v, list) else v for v in r) for r in rows}  # an array (an embedding) as a tuple
 
 
+def reshaped_history_is_the_source_at_every_cut(lake: Lake, bank) -> None:
+    """Sites' history, read at its latest version as an engine without time travel reads it and
+    filtered at every published cut, is the source table read at that cut: before the DDL (the
+    snapshot at the stream's start: Staff, City a STRING) and after it (Staff dropped: kept in the
+    history, NULL from the cut on; City retyped to BYTES: earlier values cast, STRING to its UTF-8
+    bytes, as Spanner converted them). A reshape read the table whole at the first cut after the
+    DDL; no version before it was lost (docs/schema_changes.md)."""
+    history = lake.history_table(RESHAPED).read(lake.spark)
+    assert {"Staff", "City"} <= set(history.columns) and dict(history.dtypes)["City"] == "binary"
+    cuts = lake.cuts()
+    before, after = cuts[0], cuts[1:]  # the snapshot at the start, then the cuts after the DDL
+    at = {(k, bytes(c).decode(), s) for k, c, s in history_at(history, before).select("BranchId", "City", "Staff").collect()}
+    assert at == rows_at(bank, before, RESHAPED, BRANCHES) and len(at) == 30
+    for cut in after:
+        at = {(k, bytes(c), s) for k, c, s in history_at(history, cut).select("BranchId", "City", "Staff").collect()}
+        assert at == {(k, base64.b64decode(c), None) for k, c in rows_at(bank, cut, RESHAPED, ["BranchId", "City"])}, cut
+
+
 def mirrored(rows) -> set:
     """Mirror rows as ``rows_at`` gives them: arrays as tuples, BINARY as bytes."""
     def plain(v):
@@ -91,7 +110,8 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     )
     spanner_front.fill_proto_columns(bank_stream.bank.database_id)  # as Cloud Spanner streams them (dev/proto_columns.py)
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
-    monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", f"Branches,{HANDS}")  # a rebuild reseeds Branches' history; Hands' keeps proto values
+    # A rebuild reseeds Branches' history; Hands' keeps proto values; Sites' keeps its past through DDL.
+    monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", f"Branches,{HANDS},{RESHAPED}")
     bank = bank_stream.bank
     with bank.batch() as batch:
         for table in ("Branches", *LEAVING, RESHAPED):
@@ -199,6 +219,7 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     assert recorded[0]["shapes"][RESHAPED] != recorded[1]["shapes"][RESHAPED]
     assert [r["frozen"] for r in recorded] == [frozen, frozen]
     check_history_at_cut(lake, cut)  # its history starts from the snapshot too
+    reshaped_history_is_the_source_at_every_cut(lake, bank)
 
     # Drift: rows deleted from the Accounts mirror by hand, in the version its cut records.
     accounts = lake.mirror("Accounts")
@@ -225,6 +246,7 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     assert {tuple(r) for r in mirrors["Branches"].select(*BRANCHES).collect()} == rows_at(bank, cut, "Branches", BRANCHES)
     assert {tuple(r) for r in mirrors["Accounts"].select("AccountId", "Balance").collect()} == rows_at(bank, cut, "Accounts", ["AccountId", "Balance"])
     check_history_at_cut(lake, cut)  # the rebuilt tables' history is their mirror again
+    reshaped_history_is_the_source_at_every_cut(lake, bank)
     # The rebuilds' records keep them frozen (later cuts do too: lake/test_stream_lake.py), and so does the CLI.
     assert {t: c.isoformat() for t, c in lake.last_published().frozen.items()} == frozen
     capsys.readouterr()
