@@ -372,15 +372,18 @@ class StreamSetup:
         return workload, end
 
     def start_open_stream(
-        self, stale_run_s: float = 20, per_second: float = 40
+        self, stale_run_s: float = 20, per_second: float = 40, recycle_every: int = 0
     ) -> tuple[BankWorkload, threading.Thread, threading.Event]:
         """A stream with no end in sight and a writer that commits about ``per_second`` transfers
-        until told to stop (``set()`` the event): a test stages what it checks on events, never
+        until told to stop (``set()`` the event), deleting or re-inserting an audit event every
+        ``recycle_every`` transfers if given: a test stages what it checks on events, never
         against a window that a slow machine can outrun."""
         start = utc_now()
         self.configure(start, start + timedelta(hours=1), soft_timeout_s=2, stale_run_s=stale_run_s)
         workload, stop = BankWorkload(self.bank, seed=next(_names)), threading.Event()
-        writer = threading.Thread(target=workload.run_until, args=(start + timedelta(hours=1), per_second), kwargs={"stop": stop}, daemon=True)
+        writer = threading.Thread(
+            target=workload.run_until, args=(start + timedelta(hours=1), per_second), kwargs={"stop": stop, "recycle_every": recycle_every}, daemon=True
+        )
         writer.start()
         return workload, writer, stop
 

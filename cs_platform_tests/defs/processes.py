@@ -20,11 +20,13 @@ sensor launches it (it keeps cutting), unchanged but for writing MARKER (its pid
 a cut and MARKER.ended (its run's status) at its end; the test terminates or kills it.
 ``python -m cs_platform_tests.defs.processes cleanup STEP MARKER``: one cleanup pass that stops
 dead right after the first deletion of STEP (``metadata``, ``keys``, ``runs`` or ``landing``).
-``python -m cs_platform_tests.defs.processes lake CUTS MARKER [mirror|history]``: a lake run as the
-lake sensor launches it (it keeps cutting) that, in the cut after it published CUTS, stops dead right
-after the first mirror's MERGE committed (or, with ``history``, once the first history table's and
-its table's mirror's have: the cut writes them side by side), before the manifest; MARKER holds that
-table's URI and the cut.
+``python -m cs_platform_tests.defs.processes lake CUTS MARKER [mirror|history] [kill|pause]``: a lake
+run as the lake sensor launches it (it keeps cutting) that, in the cut after it published CUTS, stops
+dead right after the first mirror's MERGE committed (or, with ``history``, once the first history
+table's and its table's mirror's have: the cut writes them side by side), before the manifest; MARKER
+holds that table's URI and the cut. With ``pause`` it writes the cut's tables one at a time and stops
+itself with SIGSTOP after the Accounts mirror's MERGE (the first write of a cut that has one; its
+Spark JVM goes on): resumed, it goes on with the cut's other writes and its manifest append.
 
 Both read their configuration from the environment (``cs_platform.definitions``) and use the
 Dagster instance in DAGSTER_HOME, like processes launched by Dagster's run launcher.
@@ -201,7 +203,7 @@ def _crashing_cleanup(step: str, marker: Path) -> None:
         materialize(cleanup, resources=defs.resources, instance=instance)
 
 
-def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> None:
+def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror", how: str = "kill") -> None:
     from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG, LAKE_TAG
     from cs_platform.lake import stream_lake
     from cs_platform_tests.lake.killed import stopping_after
@@ -225,15 +227,17 @@ def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror") -> 
         return version
 
     def the_killed_cut(written):
-        if len(published) < after_cuts:
+        if len(published) < after_cuts or (how == "pause" and not written.path.endswith("/Accounts")):
             return None
         while (len(applying), written.path.rsplit("/", 1)[-1]) not in mirrored:
             time.sleep(0.05)  # a history's mirror, written beside it, commits too before the kill
         return applying[-1].isoformat()
 
     stream_lake.apply_changes = mirror_then_note
+    if how == "pause":  # one write at a time: the cut's other writes all come after the pause
+        stream_lake.PARALLEL_WRITES = 1
     write = {"mirror": "apply_changes", "history": "apply_history"}[table]
-    setattr(stream_lake, write, stopping_after(getattr(stream_lake, write), marker, the_killed_cut))
+    setattr(stream_lake, write, stopping_after(getattr(stream_lake, write), marker, the_killed_cut, pause=how == "pause"))
     job = build_definitions().resolve_job_def("bank_stream_lake")  # the lake sensor's job: it sees this run in flight
     with DagsterInstance.get() as instance:
         job.execute_in_process(instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"})

@@ -10,10 +10,10 @@
   lands late when resumed but can no longer move its partition's watermark; nothing is lost.
 - restart: the sensor loop and its runs are killed mid-stream and started again on the existing
   metadata table with an empty cursor: no re-initialization (Beam #32509), no error, no loss.
-- lake: a long-lived lake run killed between a mirror's commit and the manifest's: the cut it was
-  applying is never published; the lake sensor presumes it dead once it stops marking itself alive
-  (it would otherwise stay STARTED and stop the lake for good) and requests a new one, and the next
-  lake run loses and doubles nothing.
+- lake: a long-lived lake run paused (SIGSTOP) between a mirror's commit and the manifest's: the cut
+  it was applying is never published; the lake sensor presumes it dead once it stops marking itself
+  alive (it would otherwise stay STARTED and stop the lake for good) and requests a new one; the
+  next lake runs lose and double nothing, and the old run, resumed, is fenced out of the lake.
 """
 
 import os
@@ -34,7 +34,9 @@ from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed
 from cs_platform.dev.sensor_loop import SensorLoop, evaluate_sensor
 from cs_platform.dev.workload import INITIAL_BALANCE
 from cs_platform.lake.history_schema import HistoryPolicy
+from cs_platform.lake.published import manifest_log
 from cs_platform.lake.stream_lake import Lake
+from cs_platform.lake.verify import mirrors_against_source
 from cs_platform.landing.store import LandingStore
 from cs_platform.pipeline import advance_lake
 from cs_platform_tests.defs.landing_oracle import ASSET, assert_no_loss, observed_landing_paths, reads
@@ -43,7 +45,6 @@ from cs_platform_tests.lake.readers import (
     bank_without_time_travel,
     check_history_at_cut,
     latest_cut_without_time_travel,
-    versions_after,
 )
 
 LAKE_JOB = "bank_stream_lake"
@@ -421,57 +422,88 @@ def test_a_run_killed_between_chunks_keeps_what_it_landed_and_loses_nothing(bank
     assert result.duplicates == 0  # the re-launched reads began after the killed runs' last chunk
 
 
-def test_a_lake_run_killed_between_a_mirror_commit_and_the_manifest_loses_and_duplicates_nothing(
+def test_a_lake_run_paused_between_a_mirror_commit_and_the_manifest_is_fenced_and_its_successor_loses_and_duplicates_nothing(
     bank_stream, dagster_instance, spark, tmp_path, monkeypatch
 ):
-    """A long-lived lake run (as the lake sensor launches it) has published a cut, and is killed in
-    the next one after a table's mirror and its history committed (the other tables' side by side,
-    done or not), before the manifest: readers never see that cut. A reader without time travel, reading every history table
-    at its latest version (the killed cut's versions in one of them) at the manifest's latest cut,
-    sees a consistent bank. The lake sensor presumes the killed run dead by its silence and requests
-    a new one. The next lake run applies the stream from the last published cut with nothing lost
-    or doubled."""
+    """A long-lived lake run (as the lake sensor launches it) has published a cut, and in the next
+    one, after the Accounts mirror committed and before its history, the other mirrors (AuditEvents
+    with keys deleted and re-inserted, Transfers appended to) and the manifest, its Python process
+    stops (SIGSTOP; its Spark JVM goes on). Readers never see that cut: a reader without time travel
+    sees a consistent bank at the manifest's latest cut. The lake sensor presumes the run dead by
+    its silence; its successor publishes cuts while it sleeps (the first applies the half-applied
+    range again: DESIGN invariant 3, as after a kill), with balances updated and audit events
+    deleted and re-inserted in between. Resumed (SIGCONT), the old run does the rest of its cut's
+    writes over its successor's cuts and tries to publish its own: the lake's fence (``lake.fence``)
+    keeps every one of them out, and it stops with one line that says so. Then every mirror and
+    history table equals the source read at every cut from the last the old run published on, value
+    by value; the manifest only moves forward; no key is doubled in the appended Transfers mirror
+    and no key has two open history versions; nothing is lost or doubled in the changelog."""
     monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "1")
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Accounts")  # one table: what the no-time-travel bank reads
     # A few transfers a second give every 1 s cut something to commit; the 40 a second of the reader
     # crash tests made the ~2 minutes a cold lake run takes to reach its second cut 4,460 transfers,
     # all read, cut and checked again after the kill, for nothing this test looks at.
-    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds(), per_second=5)
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds(), per_second=5, recycle_every=3)
     marker = tmp_path / "lake.marker"
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
-    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
-        victim = spawn("lake", "1", str(marker), "history")
-        loop.run_until(lambda: marker.exists() or victim.poll() is not None, timeout_s=300, drain=False)
-        assert victim.poll() is None, "the lake run ended before its second cut"
-        time.sleep(0.1)  # the marker's two lines are written at once
-        history, killed_cut = marker.read_text().splitlines()
-        published = lake.cuts()
-        os.killpg(victim.pid, signal.SIGKILL)  # the Python driver and its Spark JVM
-        assert victim.wait(timeout=30) == -signal.SIGKILL
-        assert len(published) >= 2 and lake.cuts() == published  # the snapshot, then a cut of the run
-        assert datetime.fromisoformat(killed_cut) > published[-1]  # its cut never reached the manifest,
-        table = history.rstrip("/").rsplit("/", 1)[-1]
-        assert lake.mirror(table).version() > lake.last_published().versions[table]  # though its mirror committed it
-        assert latest_cut_without_time_travel(lake) == published[-1]
-        assert versions_after(lake, table, published[-1]) > 0  # and its history holds versions of the killed cut
-        check_history_at_cut(lake, published[-1])  # yet read at the published cut, every history is its mirror
-        accounts, total = bank_without_time_travel(lake)
-        assert accounts > 0 and total == INITIAL_BALANCE * accounts  # no transfer half visible
-        [killed] = dagster_instance.get_run_records(RunsFilter(job_name=LAKE_JOB, statuses=[DagsterRunStatus.STARTED]))
-        wait_until(lambda: lake_run_requested(dagster_instance), 3 * stale_run_seconds() + 60, "the lake sensor presuming the killed lake run dead", poll_s=1)
-        assert dagster_instance.get_run_by_id(killed.dagster_run.run_id).status is DagsterRunStatus.FAILURE
-        stop.set()
-        loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
-    writer.join()
-
     defs = build_definitions()
     step = [a for a in defs.assets if AssetKey(["bank_stream", "mirrors"]) in a.keys]
-    assert materialize(step, resources=defs.resources, instance=dagster_instance).success  # the next lake run
+    victim = spawn("lake", "1", str(marker), "mirror", "pause")
+    try:
+        with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
+            loop.run_until(lambda: marker.exists() or victim.poll() is not None, timeout_s=300, drain=False)
+            assert victim.poll() is None, "the lake run ended before its second cut"
+            wait_until(lambda: stopped(victim.pid), 30, "the lake run stopping itself")
+            mirror, paused_cut = marker.read_text().splitlines()
+            published = lake.cuts()
+            assert len(published) >= 2 and published == sorted(published)  # the snapshot, then a cut of the run
+            assert datetime.fromisoformat(paused_cut) > published[-1]  # its cut never reached the manifest,
+            table = mirror.rstrip("/").rsplit("/", 1)[-1]
+            assert table == "Accounts" and lake.mirror(table).version() > lake.last_published().versions[table]  # though its mirror committed it
+            assert latest_cut_without_time_travel(lake) == published[-1]
+            accounts, total = bank_without_time_travel(lake)
+            assert accounts > 0 and total == INITIAL_BALANCE * accounts  # no transfer half visible
+            [paused] = dagster_instance.get_run_records(RunsFilter(job_name=LAKE_JOB, statuses=[DagsterRunStatus.STARTED]))
+            wait_until(lambda: lake_run_requested(dagster_instance), 3 * stale_run_seconds() + 60, "the lake sensor presuming the paused lake run dead", poll_s=1)
+            assert dagster_instance.get_run_by_id(paused.dagster_run.run_id).status is DagsterRunStatus.FAILURE
+            for _ in range(2):  # its successor's cuts, balances updated and events deleted and re-inserted between them
+                before = lake.last_cut()
+                loop.run_until(lambda: (bank_stream.store.low_watermark() or before) > before + timedelta(seconds=1), timeout_s=120, drain=False)
+                assert materialize(step, resources=defs.resources, instance=dagster_instance).success
+                assert lake.last_cut() > before
+            successors = lake.cuts()
+            os.kill(victim.pid, signal.SIGCONT)  # the Python process only: its JVM never stopped
+            assert victim.wait(timeout=300) != 0
+            failures = [e.dagster_event for e in dagster_instance.all_logs(paused.dagster_run.run_id) if e.dagster_event and e.dagster_event.is_step_failure]
+            assert any("was fenced" in str(f.event_specific_data) for f in failures), "the resumed lake run did not say it was fenced"
+            assert lake.cuts() == successors, "the resumed lake run published"
+            stop.set()
+            loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
+    finally:
+        if victim.poll() is None:  # an assertion failed before it ended: never leave it stopped
+            os.killpg(victim.pid, signal.SIGKILL)
+    writer.join()
+
+    assert materialize(step, resources=defs.resources, instance=dagster_instance).success  # the next lake run, to the end
     cuts = lake.cuts()
-    assert cuts[:len(published)] == published and cuts[-1] >= workload.committed[-1].commit_timestamp
+    assert cuts[: len(published)] == published and cuts[-1] >= workload.committed[-1].commit_timestamp
+    recorded = [r["cut"] for _, r in manifest_log(lake.location).all_recorded() if "cut" in r]
+    assert recorded == sorted(recorded), "the manifest went back"
     mods, repeated = changelog_mods(lake, cuts[-1])
     assert repeated == 0 and mods == committed(workload, cuts[-1], published[0])
-    for cut in cuts[len(published) - 1:]:
-        check_bank_cut(lake, bank_stream.bank, cut)
-    # A version the killed attempt left open and the re-applied cut did not end would stay valid at every later cut.
-    check_history_at_cut(lake, cuts[-1])
+    database = bank_stream.bank
+    for cut in cuts[len(published) - 1 :]:
+        check_bank_cut(lake, database, cut)
+        found = mirrors_against_source(lake, database, "BankStream", samples=1_000_000, cut=cut)  # every row, every column
+        assert found.mismatched == [], f"cut {cut.isoformat()}: {found.tables}"
+        check_history_at_cut(lake, cut)  # also: a version the old run reopened would be valid at every later cut
+    transfers = lake.mirror("Transfers").read(spark)
+    assert transfers.count() == transfers.select("TransferId").distinct().count(), "a transfer appended twice"
+    history = lake.history_table("Accounts").read(spark)
+    assert history.where("_valid_to IS NULL").groupBy("AccountId").count().where("count > 1").count() == 0, "two open versions of a key"
+
+
+def stopped(pid: int) -> bool:
+    """The process is stopped (SIGSTOP): state T in /proc."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"

@@ -140,13 +140,6 @@ def latest_cut_without_time_travel(lake: Lake) -> datetime:
     return comparable(cut)
 
 
-def versions_after(lake: Lake, table: str, cut: datetime) -> int:
-    """How many versions ``table``'s history holds (latest version) that begin after ``cut``."""
-    at = f"TIMESTAMPTZ {standard_string(cut.astimezone(timezone.utc).isoformat())}"
-    (count,) = _duckdb_read(lake, lambda t: f"SELECT count(*) FROM delta_scan({standard_string(t.histories[table])}) WHERE {VALID_FROM} > {at}")
-    return count
-
-
 def bank_without_time_travel(lake: Lake) -> tuple[int, int]:
     """(accounts, total balance) of the bank at the latest published cut, from the history tables
     at their latest version (``engines.history_statements(latest=True)``, what BigQuery or Athena run)."""
