@@ -82,9 +82,13 @@ class LakeAdvance:
 
 
 def ingest_landing(lake: Lake, landing: LandingStore, stream: str, source: SourceIdentity) -> IngestResult:
-    """Ingest the stream's new landing files, after checking that landing and lake are ``source``'s."""
+    """Ingest the stream's new landing files, after checking that landing and lake are ``source``'s
+    and taking the lake (its first call in a writer takes the writer's epoch)."""
     landing.check_source(stream, source)
     lake.bind(source)
+    # Only then the writer's epoch (``lake.fence``): a lake run pointed at another source's lake must
+    # be refused before it claims that lake's tables, or it would fence the lake's own run.
+    lake.fence.check("starting a cut")
     return lake.changelog.ingest(landing.files(stream))
 
 
@@ -163,7 +167,6 @@ def advance_lake(
     ``connect`` returns the source database: a caller that cuts again and again (``keep_cutting``)
     gives one that connects once; ``target.connect`` (a client and admin calls) otherwise."""
     started = time.monotonic()
-    lake.fence.check("starting a cut")  # its first cut takes the writer's epoch: an older writer writes nothing after this (``lake.fence``)
     position = position or stream_position(store)  # first the watermark, then the files
     if position is None:
         return None
