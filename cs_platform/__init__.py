@@ -22,3 +22,20 @@ Plain modules the Dagster code wires, each also called by ``make demo``, the tes
 - ``settings``            every ``CS_PLATFORM_*`` variable: parsed, checked, named in errors
 - ``notify``, ``metrics`` alerts' destinations and the Prometheus exporter; ``reset`` starts a stream over
 """
+
+
+def __getattr__(name: str):
+    """``cs_platform.code_location``: ``definitions.defs``, the code location, where Dagster's package
+    loader looks for it (``dagster_cloud.yaml``: ``package_name: cs_platform``), built on first use
+    only: a plain module of the package (a reader run's, the metrics exporter's, ``reset``) imports
+    neither Dagster nor the settings through this package. Not ``defs``: that name is the Dagster
+    subpackage's, which replaces any such attribute once it is imported."""
+    if name == "code_location":
+        from cs_platform.definitions import defs
+
+        return defs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "code_location"])  # Dagster's package loader finds the code location by listing the package

@@ -1,0 +1,28 @@
+"""The code location loads where users deploy it: as ``dagster_cloud.yaml`` names it (a package),
+with Dagster's own loader, and as ``workspace.yaml`` names it; importing the package's plain modules
+still loads no Dagster."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from dagster import Definitions
+from dagster._core.workspace.autodiscovery import loadable_targets_from_python_module, loadable_targets_from_python_package
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_code_location_loads_as_dagster_cloud_yaml_and_workspace_yaml_name_it():
+    [location] = yaml.safe_load((ROOT / "dagster_cloud.yaml").read_text())["locations"]
+    [target] = loadable_targets_from_python_package(location["code_source"]["package_name"], str(ROOT))
+    assert isinstance(target.target_definition, Definitions)
+    assert target.target_definition.resolve_job_def("bank_stream_lake") is not None
+    [workspace] = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
+    [from_workspace] = loadable_targets_from_python_module(workspace["python_module"]["module_name"], str(ROOT))
+    assert from_workspace.target_definition is target.target_definition  # one Definitions, however it is named
+
+
+def test_a_plain_module_of_the_package_loads_no_dagster():
+    code = "import sys, cs_platform.changestream.metadata, cs_platform.partition_read; print('dagster' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip() == "False"
