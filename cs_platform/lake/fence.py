@@ -4,7 +4,7 @@ A lake run, a rebuild and a maintenance pass each write the lake; Dagster runs t
 (the lake tag's concurrency limit), but a run presumed dead (paused past the stale limit: a VM
 pause, a long GC, slow storage) is only *marked* failed: it may wake up holding an old cut, and its
 Spark JVM may go on committing what it was handed. Such a writer must not change the lake after
-its successor has, whatever it was doing (docs/design.md, "The lake's fence").
+its successor has, whatever it was doing (docs/design.md, invariant 13).
 
 How, with Delta's own transaction identifiers (the Delta protocol's "Transaction Identifiers";
 delta-spark takes them from the writer options ``txnAppId``/``txnVersion`` or, for SQL commands
@@ -88,7 +88,8 @@ class Fence:
             return self._epoch
 
     def _take(self) -> int:
-        """Commit an empty version to the fence table and return its number, found by a token."""
+        """Commit one row to the fence table (an empty append commits nothing) and return the
+        commit's version, found by a token."""
         token = uuid.uuid4().hex
         recorded = json.dumps({CLAIM: self.holder, "token": token})
         row = self.spark.range(1).select(F.lit(self.holder).alias("holder"), F.current_timestamp().alias("taken_at"))  # an empty append commits nothing
@@ -97,7 +98,7 @@ class Fence:
                 row.write.format("delta").mode("append").option("userMetadata", recorded).save(self.table.uri)
                 break
             except (PySparkException, Py4JJavaError) as e:
-                if attempt == 2 or not any(name in str(e) for name in (*CONCURRENT, "ProtocolChangedException", "MetadataChangedException")):
+                if attempt == 2 or not _conflict(e, "ProtocolChangedException", "MetadataChangedException"):
                     raise
         for version, metadata in self.table.recorded(claims=True):
             if metadata.get("token") == token:
@@ -137,7 +138,7 @@ class Fence:
         try:
             yield
         except (PySparkException, Py4JJavaError) as e:  # a JVM error PySpark does not map stays a Py4JJavaError
-            if any(name in str(e) for name in CONCURRENT):
+            if _conflict(e):
                 self._check(epoch, doing)
             raise
 
@@ -153,3 +154,9 @@ class Fence:
                 "it wrote nothing after that and stops: its successor carries on from the last published cut"
             )
             raise LakeFencedError(message)
+
+
+def _conflict(error: Exception, *also: str) -> bool:
+    """Whether ``error`` is a Delta commit conflict (one of ``CONCURRENT``, or of ``also``), by the
+    exception class Delta names in it: PySpark maps none of them to a Python class of its own."""
+    return any(name in str(error) for name in (*CONCURRENT, *also))

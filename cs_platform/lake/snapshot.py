@@ -7,9 +7,10 @@ mirror, then publishes cut T0 in the manifest, recording every mirror's version.
 
 A rebuild is the same at the lake's latest cut, for some tables: their mirrors are replaced by their
 rows at that cut and the manifest records their new versions at it; the next cut applies what came
-after. A table's history keeps every version it had: those open at the cut are closed at it, and the
-rows at the cut open new ones (``history.reseed_history``), in the table's columns at the cut (the
-history keeps the columns the table dropped, and casts those it retyped: ``history.evolve_history``). That repairs a drifted mirror, and gives a table added to the stream later
+after. A table's history keeps every version it had: those open at the cut are closed at it, and
+the rows at the cut open new ones (``history.reseed_history``), in the table's columns at the cut
+(the history keeps the columns the table dropped, and casts those it retyped:
+``history.evolve_history``). That repairs a drifted mirror, and gives a table added to the stream later
 (``ALTER CHANGE STREAM … SET FOR …``) the rows it had before (``pipeline`` does it at the first cut
 that finds the table watched).
 
@@ -72,11 +73,8 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan, shapes:
             f"{plan.read_timestamp.isoformat()}: nothing was written"
         )
 
-    def columns_of(table: WatchedTable) -> dict[str, dict]:
-        return column_types_by_table([(table.name, column_types_json(table.columns))])[table.name]
-
     def load(table: WatchedTable) -> tuple[int, int]:
-        columns = columns_of(table)
+        columns = table_columns(table)
         read = read_rows(lake.spark, target, plan, plan.of(table.name))
         version, rows = replace_mirror(lake.spark, lake.mirror(table.name), typed_rows(read, columns), columns)
         if lake.history.keeps(table.name):  # one SNAPSHOT version per row, from the mirror just written; earlier versions kept
@@ -94,13 +92,19 @@ def load_snapshot(lake: Lake, target: SpannerTarget, plan: SnapshotPlan, shapes:
     with session_conf(lake.spark, {USER_METADATA: record}):
         if histories:
             with lake.fence.writing(), ThreadPoolExecutor(min(len(histories), PARALLEL_TABLES), thread_name_prefix="snapshot") as pool:
-                list(pool.map(lambda t: evolve_history(lake.spark, lake.history_table(t.name), columns_of(t)), histories))
+                list(pool.map(lambda t: evolve_history(lake.spark, lake.history_table(t.name), table_columns(t)), histories))
         with lake.fence.writing(), ThreadPoolExecutor(workers, thread_name_prefix="snapshot") as pool:
             loaded = dict(zip((t.name for t in plan.tables), pool.map(load, plan.tables)))
     versions = {table: version for table, (version, _) in loaded.items()}
     rows = {table: count for table, (_, count) in loaded.items()}
     lake.publish_snapshot(plan.read_timestamp, versions, shapes)
     return SnapshotResult(plan.read_timestamp, rows, versions, len(plan.partitions), round(time.monotonic() - began, 2))
+
+
+def table_columns(table: WatchedTable) -> dict[str, dict]:
+    """``table``'s watched columns as the lake describes them (``mirrors.column_types_by_table``):
+    what its rows read at a timestamp are typed by."""
+    return column_types_by_table([(table.name, column_types_json(table.columns))])[table.name]
 
 
 def read_rows(spark: SparkSession, target: SpannerTarget, plan: SnapshotPlan, partitions: list[SnapshotPartition]) -> DataFrame:

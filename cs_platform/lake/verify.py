@@ -15,9 +15,9 @@ from pyspark.sql.types import StringType, StructField, StructType
 from cs_platform.changestream.catalog import WatchedTable, watched_tables_and_shapes
 from cs_platform.changestream.source_reads import SourceSnapshot
 from cs_platform.lake.identifiers import quoted
-from cs_platform.lake.mirrors import column_types_by_table, primary_key, sample_keys, typed_rows
+from cs_platform.lake.mirrors import primary_key, sample_keys, typed_rows
+from cs_platform.lake.snapshot import table_columns
 from cs_platform.lake.stream_lake import Lake
-from cs_platform.landing.rows import column_types_json
 
 SAMPLE_KEYS = 100
 
@@ -81,7 +81,7 @@ def mirrors_against_source(lake: Lake, database: Database, stream: str, samples:
 
 def _compare_rows(lake: Lake, source: SourceSnapshot, table: WatchedTable, mirror: DataFrame, samples: int) -> dict:
     """One table's mirror against the source: counts, and a sample of whole rows (``mirrors_against_source``)."""
-    columns = column_types_by_table([(table.name, column_types_json(table.columns))])[table.name]
+    columns = table_columns(table)
     keys = primary_key(lake.spark, lake.mirror(table.name))
     common = [c for c in columns if c in mirror.columns]
     sampled = mirror.select(*map(quoted, common)).orderBy(F.rand(seed=7)).limit(samples).localCheckpoint()
