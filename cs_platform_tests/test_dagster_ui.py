@@ -105,8 +105,11 @@ def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark_c
             # away, so it never falls inside the cuts this test counts (test_maintenance covers it).
             CS_PLATFORM_LAKE_MAINTENANCE_CRON=f"{(start.minute + 30) % 60} * * * *",
         )
+        # It writes until the runs have shown what the pages must (``stop``), however long a loaded
+        # machine takes to get there: a fixed window ended the writes before a reader run had
+        # landed twice at load 14 on 2 cores (the three cuts alone took 3 minutes).
         workload, stop = BankWorkload(bank.bank), threading.Event()
-        writer = threading.Thread(target=workload.run_until, args=(start + timedelta(minutes=5), 10), kwargs={"stop": stop}, daemon=True)
+        writer = threading.Thread(target=workload.run_until, args=(start + timedelta(hours=1), 10), kwargs={"stop": stop}, daemon=True)
         writer.start()
         try:
             check_dagster_dev(tmp_path, stop)
