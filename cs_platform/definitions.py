@@ -4,12 +4,14 @@ Configuration comes from the environment (the table is ``cs_platform.settings.SE
 docs/settings.md), so the same code reads the emulator or Cloud Spanner. The required settings are
 ``EnvVar``s, read when a run or tick needs them, so the UI loads even before they are set (a tick
 then fails naming the missing variable). A value that does not parse fails the load, naming its
-variable; an unknown ``CS_PLATFORM_*`` variable is warned about with the closest known name.
+variable; an unknown ``CS_PLATFORM_*`` variable is warned about with the closest known name. Off
+the emulator the load also fails until the landing and lake roots are set (``settings.check_roots``).
 """
 
 from __future__ import annotations
 
 import os
+from functools import cache
 from typing import Mapping
 
 from dagster import Definitions
@@ -44,4 +46,19 @@ def build_definitions(environ: Mapping[str, str] = os.environ) -> Definitions:
     return Definitions.merge(*per_stream, Definitions(resources=resources, sensors=[alerts_sensor(streams)]))
 
 
-defs = build_definitions()
+@cache
+def _defs() -> Definitions:
+    return build_definitions()
+
+
+def __getattr__(name: str) -> Definitions:
+    """``defs``, the code location, built from the environment on first use (PEP 562), not on
+    import: a module that imports ``build_definitions`` (the tests, ``make demo``) builds its own
+    from its own settings, and is not refused for settings it never uses (``settings.check_roots``)."""
+    if name == "defs":
+        return _defs()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), "defs"])  # Dagster's module loader finds the code location by listing the module

@@ -186,8 +186,8 @@ SETTINGS = {
         Setting("CS_PLATFORM_READ_MODE", _choice("auto", "streaming", "polling"), "auto", "how a read follows the live end: streaming (one query per read, records as they commit: Cloud Spanner), polling (queries of windows already past: the emulator, which loses commits on its scan boundaries when it streams), or auto (polling on SPANNER_EMULATOR_HOST, else streaming)", "read_mode"),
         Setting("CS_PLATFORM_RPC_PRIORITY", _choice("LOW", "MEDIUM", "HIGH"), "HIGH", "priority of the change stream and metadata requests: LOW lets a busy database serve its own traffic first", "rpc_priority"),
         Setting("CS_PLATFORM_SPANNER_TIMEOUT_SECONDS", Number(0, 3600, above_low=True), "20", "deadline of one Spanner call (connect, metadata query)", "timeout_seconds"),
-        Setting("CS_PLATFORM_LANDING_ROOT", str, ".demo/landing", "local directory or gs:// URI for landing files", "root"),
-        Setting("CS_PLATFORM_LAKE_ROOT", str, ".demo/lake", "local directory or gs:// URI for the Delta tables"),
+        Setting("CS_PLATFORM_LANDING_ROOT", str, ".demo/landing", "local directory or gs:// URI for landing files; required off the emulator (SPANNER_EMULATOR_HOST unset), with the lake root: the default is the emulator's", "root"),
+        Setting("CS_PLATFORM_LAKE_ROOT", str, ".demo/lake", "local directory or gs:// URI for the Delta tables; required off the emulator, with the landing root"),
         Setting("STORAGE_EMULATOR_HOST", str, None, "http://host:port of a GCS emulator for gs:// roots; unset for Cloud Storage (ADC)"),
         Setting("CS_PLATFORM_SPARK_MASTER", str, "local[*]", "Spark master of the lake runs' driver: local[*], or a cluster (spark://host:port, make stack starts one)"),
         Setting("CS_PLATFORM_SPARK_REMOTE", str, None, "sc://host:port of a Spark Connect server with Delta (make dev starts one): lake runs start no JVM"),
@@ -236,11 +236,32 @@ def default(env: str) -> Any:
     return value({}, env)
 
 
+ROOTS = ("CS_PLATFORM_LANDING_ROOT", "CS_PLATFORM_LAKE_ROOT")
+
+
 def check_all(environ: Mapping[str, str]) -> None:
     """Parse every setting set in ``environ``: a bad value fails here, naming its variable, even one
-    only a command outside the definitions reads (``cs-platform-metrics``' port)."""
+    only a command outside the definitions reads (``cs-platform-metrics``' port). Off the emulator
+    the landing and lake roots must be set (``check_roots``)."""
     for env in SETTINGS:
         value(environ, env)
+    check_roots(environ)
+
+
+def check_roots(environ: Mapping[str, str]) -> None:
+    """The roots' defaults (``.demo/...``, relative to the working directory) are for the emulator
+    only. Against Cloud Spanner an unset landing root writes to whatever disk the process has (a
+    pod's own, gone with the pod), the watermark moves once a file is there, and the lake never sees
+    the file: a transaction missing whole, which no check can see. So both are named or none runs."""
+    if environ.get("SPANNER_EMULATOR_HOST"):
+        return
+    unset = [env for env in ROOTS if not environ.get(env)]
+    if unset:
+        raise SettingError(
+            f"{' and '.join(unset)} {'is' if len(unset) == 1 else 'are'} not set, and SPANNER_EMULATOR_HOST is not set either: "
+            f"reading Cloud Spanner, set both {' and '.join(ROOTS)} to durable storage (gs://<bucket>/landing and "
+            "gs://<bucket>/lake, or a volume that outlives the process; docs/production.md). The .demo defaults are for the emulator"
+        )
 
 
 def _invalid(env: str, shown: str) -> SettingError:

@@ -13,7 +13,11 @@ from dagster._core.workspace.autodiscovery import loadable_targets_from_python_m
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_code_location_loads_as_dagster_cloud_yaml_and_workspace_yaml_name_it():
+def test_the_code_location_loads_as_dagster_cloud_yaml_and_workspace_yaml_name_it(tmp_path, monkeypatch):
+    # As a deployment on Cloud Spanner sets it: no emulator, both roots named (settings.check_roots).
+    monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+    monkeypatch.setenv("CS_PLATFORM_LANDING_ROOT", str(tmp_path / "landing"))
+    monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
     [location] = yaml.safe_load((ROOT / "dagster_cloud.yaml").read_text())["locations"]
     [target] = loadable_targets_from_python_package(location["code_source"]["package_name"], str(ROOT))
     assert isinstance(target.target_definition, Definitions)

@@ -11,7 +11,10 @@ from cs_platform import settings
 from cs_platform.definitions import build_definitions
 from cs_platform.defs.lake_assets import BLOCKING_CHECK, CHECKS
 
-BASE = {"CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i", "CS_PLATFORM_SPANNER_DATABASE": "d"}
+BASE = {
+    "CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i", "CS_PLATFORM_SPANNER_DATABASE": "d",
+    "CS_PLATFORM_LANDING_ROOT": "gs://b/landing", "CS_PLATFORM_LAKE_ROOT": "gs://b/lake",
+}
 
 
 @pytest.mark.parametrize(
@@ -82,6 +85,17 @@ def test_plain_python_resources_name_a_missing_required_variable():
         configured_resources({"CS_PLATFORM_SPANNER_PROJECT": "p", "CS_PLATFORM_SPANNER_INSTANCE": "i"})
     resource = configured_resources({**BASE, "CS_PLATFORM_HEARTBEAT_MILLIS": "750"})["bank_stream_change_stream"]
     assert resource.spanner.database_id == "d" and resource.heartbeat_millis == 750
+
+
+def test_off_the_emulator_the_roots_must_be_named():
+    """The .demo defaults on Cloud Spanner would land on a pod's own disk: the load is refused."""
+    cloud = {k: v for k, v in BASE.items() if not k.endswith("_ROOT")}
+    with pytest.raises(settings.SettingError, match="^CS_PLATFORM_LANDING_ROOT and CS_PLATFORM_LAKE_ROOT are not set, and SPANNER_EMULATOR_HOST"):
+        build_definitions(cloud)
+    with pytest.raises(settings.SettingError, match="^CS_PLATFORM_LAKE_ROOT is not set, and .* set both CS_PLATFORM_LANDING_ROOT and CS_PLATFORM_LAKE_ROOT"):
+        build_definitions({**cloud, "CS_PLATFORM_LANDING_ROOT": "gs://b/landing"})
+    build_definitions({**cloud, "SPANNER_EMULATOR_HOST": "127.0.0.1:9010"})  # the emulator: the .demo defaults serve
+    build_definitions(BASE)
 
 
 def test_a_typo_is_warned_about_with_the_closest_known_name(caplog):
