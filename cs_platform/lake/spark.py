@@ -47,6 +47,9 @@ DELTA_CONF = {
     # (and the JIT compiled them again): ~160 compilations per cut, 11 with 1,000 entries; a
     # one-table 10-mod cut 3.07 -> 2.51 s (docs/tuning.md, "Where the seconds go").
     "spark.sql.codegen.cache.maxEntries": "1000",
+    # The lake's files hold whole rows: on a local disk, readable by the service's user only (Hadoop
+    # applies this umask to every file and directory it creates: data, Delta log, checkpoints).
+    "spark.hadoop.fs.permissions.umask-mode": "077",
 }
 
 

@@ -128,12 +128,15 @@ class Location:
             ) from e
 
 
+PRIVATE_FILE, PRIVATE_DIRECTORY = 0o600, 0o700  # landing files hold whole rows: the service's user only
+
+
 def _write_local(path: str, write: Callable[[IO[bytes]], None]) -> None:
     directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
+    _private_directories(directory)
     temporary = os.path.join(directory, f".{uuid.uuid4().hex}.tmp")
     try:
-        with open(temporary, "wb") as out:
+        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE), "wb") as out:
             write(out)
             out.flush()
             os.fsync(out.fileno())
@@ -146,3 +149,15 @@ def _write_local(path: str, write: Callable[[IO[bytes]], None]) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _private_directories(directory: str) -> None:
+    """``directory`` and each missing parent, created without group or world access whatever the
+    process's umask (``os.makedirs`` gives its mode to the last directory only)."""
+    if os.path.isdir(directory):
+        return
+    _private_directories(os.path.dirname(directory))
+    try:
+        os.mkdir(directory, PRIVATE_DIRECTORY)
+    except FileExistsError:  # another writer made it meanwhile
+        pass

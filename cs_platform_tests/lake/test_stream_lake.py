@@ -16,6 +16,7 @@ from cs_platform.lake.stream_lake import IncompleteTransactionsError, Lake, Unma
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
 from cs_platform_tests.lake.readers import check_readers_agree
+from cs_platform_tests.landing.test_store import readable_by_others
 
 # The tests that compare commit timestamps with cuts, read a TIMESTAMP back or write their own run
 # east and west of UTC (PySpark hands back naive local datetimes); the others, about what a cut
@@ -112,6 +113,8 @@ def test_transaction_spread_over_partitions_is_applied_only_when_complete_and_un
     assert lake.changelog.table().count() == before == 5
     assert not lake.apply_cut(t1).applied
     assert balances(lake) == {"A": 900, "B": 1100}
+    # The lake's files hold whole rows too: the service's user alone reads them (spark.DELTA_CONF).
+    assert readable_by_others(lake.root) == []
 
 
 @east_and_west

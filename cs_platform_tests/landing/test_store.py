@@ -43,6 +43,27 @@ def batch(*records: DataChangeRecord, watermark: datetime = T0 + timedelta(secon
     return PartitionBatch("tok/with+slash=", T0 - timedelta(seconds=5), watermark, records, (), watermark, False)
 
 
+def readable_by_others(root) -> list[str]:
+    """Files and directories under ``root`` (itself included) with any group or world access."""
+    found = []
+    for directory, _, files in os.walk(root):
+        for path in (directory, *(os.path.join(directory, f) for f in files)):
+            if os.stat(path).st_mode & 0o077:
+                found.append(f"{path} {oct(os.stat(path).st_mode & 0o777)}")
+    return found
+
+
+def test_landing_files_and_their_directories_are_the_service_users_alone(tmp_path):
+    """They hold whole rows: no group or world access, whatever the process's umask."""
+    umask = os.umask(0o022)  # a common default, which alone leaves files readable by every user
+    try:
+        store = LandingStore(str(tmp_path / "landing"))
+        store.write("BankStream", "20260101T120000Z-abc", batch(record("00000000", 2), record("00000001", 1)))
+    finally:
+        os.umask(umask)
+    assert readable_by_others(tmp_path / "landing") == []
+
+
 def test_one_row_per_mod_with_identity_and_wire_values(tmp_path):
     store = LandingStore(str(tmp_path))
     landed = store.write("BankStream", "20260101T120000Z-abc", batch(record("00000000", 2), record("00000001", 1)))
@@ -112,7 +133,8 @@ def test_a_reader_run_lands_without_pyarrow_pandas_or_spark(tmp_path):
     """What a reader run loads, in a fresh process: the code location, a source-bound landing
     store, its check and a landing write load none of pyarrow, pandas, PySpark or Delta (pyarrow
     alone is some 40 MB of a reader run's memory)."""
-    done = subprocess.run([sys.executable, "-c", READER_RUN_LANDS, str(tmp_path)], capture_output=True, text=True, timeout=300)
+    roots = {"CS_PLATFORM_LANDING_ROOT": str(tmp_path), "CS_PLATFORM_LAKE_ROOT": str(tmp_path / "lake")}  # as a deployment names them
+    done = subprocess.run([sys.executable, "-c", READER_RUN_LANDS, str(tmp_path)], capture_output=True, text=True, timeout=300, env={**os.environ, **roots})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["3"], f"a reader run's landing loaded {done.stdout.split()[1:]}"
 
