@@ -31,7 +31,7 @@ from cs_platform.defs.resources import change_stream_resource_key, configured_re
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import STREAM
 from cs_platform.dev.emulator import free_loopback_port
-from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed, landed
+from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed, landed, spread
 from cs_platform.dev.stack import dagster_yaml, production_stack
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
@@ -121,7 +121,7 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
         assert not expected - in_changelog, f"{len(expected - in_changelog)} committed mods missing from the changelog"
         assert repeated == 0, f"{repeated} changes appear more than once in the changelog"
         assert cuts[0] == stack.start and len(cuts) >= 2  # the snapshot, then at least one cut of the writes
-        for cut in cuts:
+        for cut in spread(cuts):
             check_bank_cut(lake, stack.bank.bank, cut)
         # Every lake run's tasks ran in executor processes, none in the driver (one Spark application
         # per run; the first run's are the snapshot's mirror writes: its small tables are read by the driver).

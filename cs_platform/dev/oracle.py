@@ -73,6 +73,14 @@ def bank_source_at(database: Database, cut: datetime) -> tuple[dict, dict]:
     return accounts, transfers
 
 
+def spread(cuts: list[datetime]) -> list[datetime]:
+    """The first, the middle and the last of ``cuts``: what a test whose concern is not every cut
+    (a drain, a fenced run, a deployment) checks with the bank oracle. Each cut costs a read of
+    the source at its timestamp and two of the lake: tens of cuts took minutes on a loaded machine,
+    and every cut of a stream is the bank oracle test's own concern (lake/test_bank_oracle.py)."""
+    return sorted({cuts[0], cuts[len(cuts) // 2], cuts[-1]}) if cuts else []
+
+
 def check_bank_cut(lake: Lake, database: Database, cut: datetime) -> None:
     """The bank oracle at one published cut (AssertionError naming the cut otherwise):
 
