@@ -263,6 +263,32 @@ def translate_error(error: gexc.GoogleAPICallError, stream: str, key: str, start
     return TerminalError(f"Spanner error reading {where} of stream {stream}: {text}")
 
 
+class _BoundedRestarts:
+    """The client library restarts a query's stream after UNAVAILABLE at once and without end
+    (google-cloud-spanner, ``snapshot._restart_on_unavailable``): against a server that kept
+    refusing, reader runs spun at ~30% of a core each for an hour, holding their run slots. Given
+    as the query's ``retry``, which the library's call applies to the stream's first call and to
+    each restart, this waits before each restart as the reader's own retries do, and past ``limit``
+    restarts of one query ends it with DEADLINE_EXCEEDED, which the library does not restart: the
+    reader's own retry (``RetryPolicy``) resumes from the safe watermark, and gives up when the
+    watermark stops moving. A restart that the stream's resume token serves costs one backoff."""
+
+    def __init__(self, policy: RetryPolicy, limit: int = 4) -> None:
+        self.policy, self.limit, self.restarts = policy, limit, -1  # the first call is no restart
+
+    def __call__(self, call):
+        @functools.wraps(call)
+        def bounded(*args, **kwargs):
+            self.restarts += 1
+            if self.restarts > self.limit:
+                raise gexc.DeadlineExceeded(f"the query's stream was restarted {self.limit} times after UNAVAILABLE; retrying from the watermark")
+            if self.restarts:
+                time.sleep(self.policy.backoff(self.restarts))
+            return call(*args, **kwargs)
+
+        return bounded
+
+
 class PartitionReader:
     """Reads partitions of one change stream (Beam's partition-reading DoFn, without the runner)."""
 
@@ -527,6 +553,7 @@ class PartitionReader:
                     param_types=statement.param_types,
                     lazy_decode=True,
                     request_options=self.options,
+                    retry=_BoundedRestarts(self.retry),
                 )
                 rows = iter(results)
                 first = next(rows, None)
