@@ -167,6 +167,12 @@ class SensorLoop:
         self._runs.append(future)
 
     def _count(self, future: Future) -> None:
+        if future.cancelled():
+            return
+        if (error := future.exception()) is not None:  # the worker itself died or was ended (``close``)
+            self.stats.failed += 1
+            log.warning("a run's worker process failed: %r", error)
+            return
         run_id, success = future.result()
         if success:
             self.stats.succeeded += 1
@@ -206,7 +212,20 @@ class SensorLoop:
                 raise TimeoutError(f"{len(self._runs)} runs still executing ({deadline.describe()})")
             time.sleep(0.1)
 
-    def close(self) -> None:
+    def close(self, timeout_s: float = 120) -> None:
+        """Launch nothing more, let the runs in flight end (they read until their soft timeout),
+        and end the worker processes of any still running after ``timeout_s`` (scaled by the load,
+        ``deadline``): a stuck run must not outlive its loop. One did: waiting on it forever, a
+        test ran into its timeout and left four workers spinning for the rest of the session."""
+        for future in self._runs:
+            future.cancel()  # those not started yet
+        deadline = Deadline(timeout_s)
+        while self.pending_runs() and not deadline.expired():
+            time.sleep(0.1)
+        if self.pending_runs():
+            log.warning("%d runs still executing after %s: ending their worker processes", len(self._runs), deadline.describe())
+            for process in list(self._pool._processes.values()):  # no public way before Python 3.14's terminate_workers
+                process.kill()
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> "SensorLoop":
