@@ -154,7 +154,7 @@ def _write_local(path: str, write: Callable[[IO[bytes]], None]) -> None:
 def _private_directories(directory: str) -> None:
     """``directory`` and each missing parent, created without group or world access whatever the
     process's umask (``os.makedirs`` gives its mode to the last directory only)."""
-    if os.path.isdir(directory):
+    if not directory or os.path.isdir(directory):
         return
     _private_directories(os.path.dirname(directory))
     try:
