@@ -252,8 +252,11 @@ def check_roots(environ: Mapping[str, str]) -> None:
     """The roots' defaults (``.demo/...``, relative to the working directory) are for the emulator
     only. Against Cloud Spanner an unset landing root writes to whatever disk the process has (a
     pod's own, gone with the pod), the watermark moves once a file is there, and the lake never sees
-    the file: a transaction missing whole, which no check can see. So both are named or none runs."""
-    if environ.get("SPANNER_EMULATOR_HOST"):
+    the file: a transaction missing whole, which no check can see. So once a Cloud Spanner database
+    is named, both roots are named too or nothing loads; an environment that names no database yet
+    loads (the UI of a deployment being set up, ``dagster definitions validate``), as the required
+    settings' own ``EnvVar``s do, and its first tick names what is missing."""
+    if environ.get("SPANNER_EMULATOR_HOST") or not environ.get("CS_PLATFORM_SPANNER_DATABASE"):
         return
     unset = [env for env in ROOTS if not environ.get(env)]
     if unset:

@@ -2,6 +2,7 @@
 with Dagster's own loader, and as ``workspace.yaml`` names it; importing the package's plain modules
 still loads no Dagster."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,17 @@ def test_the_code_location_loads_as_dagster_cloud_yaml_and_workspace_yaml_name_i
     [workspace] = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
     [from_workspace] = loadable_targets_from_python_module(workspace["python_module"]["module_name"], str(ROOT))
     assert from_workspace.target_definition is target.target_definition  # one Definitions, however it is named
+
+
+def test_dagster_validates_the_code_location_as_dagster_cloud_yaml_names_it_before_anything_is_set():
+    """The command a Dagster+ deployment runs first, in an environment that names no database yet."""
+    [location] = yaml.safe_load((ROOT / "dagster_cloud.yaml").read_text())["locations"]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("CS_PLATFORM_") and k != "SPANNER_EMULATOR_HOST"}
+    done = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "--package-name", location["code_source"]["package_name"]],
+        capture_output=True, text=True, cwd=ROOT, env=clean, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
 
 
 def test_a_plain_module_of_the_package_loads_no_dagster():

@@ -96,6 +96,7 @@ def test_off_the_emulator_the_roots_must_be_named():
         build_definitions({**cloud, "CS_PLATFORM_LANDING_ROOT": "gs://b/landing"})
     build_definitions({**cloud, "SPANNER_EMULATOR_HOST": "127.0.0.1:9010"})  # the emulator: the .demo defaults serve
     build_definitions(BASE)
+    build_definitions({})  # nothing named yet: the code location loads (dagster definitions validate)
 
 
 def test_a_typo_is_warned_about_with_the_closest_known_name(caplog):
