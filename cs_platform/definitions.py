@@ -4,8 +4,9 @@ Configuration comes from the environment (the table is ``cs_platform.settings.SE
 docs/settings.md), so the same code reads the emulator or Cloud Spanner. The required settings are
 ``EnvVar``s, read when a run or tick needs them, so the UI loads even before they are set (a tick
 then fails naming the missing variable). A value that does not parse fails the load, naming its
-variable; an unknown ``CS_PLATFORM_*`` variable is warned about with the closest known name. Off
-the emulator the load also fails until the landing and lake roots are set (``settings.check_roots``).
+variable; an unknown ``CS_PLATFORM_*`` variable is warned about with the closest known name. Once a
+Cloud Spanner database is named (no emulator), the load also fails until the landing and lake roots
+are set (``settings.check_roots``).
 """
 
 from __future__ import annotations

@@ -270,9 +270,10 @@ class _BoundedRestarts:
     as the query's ``retry``, which the library's call applies to the stream's first call and to
     each restart, this waits before each restart as the reader's own retries do (so a burst of
     UNAVAILABLE from a busy server costs waits, not a spinning core), and past ``limit`` restarts
-    of one query (minutes of backoff) ends it with DEADLINE_EXCEEDED, which the library does not restart: the
-    reader's own retry (``RetryPolicy``) resumes from the safe watermark, and gives up when the
-    watermark stops moving. A restart that the stream's resume token serves costs one backoff."""
+    of one query (minutes of backoff) ends it with DEADLINE_EXCEEDED, which the library does not
+    restart: the reader's own retry (``RetryPolicy``) resumes from the safe watermark, and gives up
+    when the watermark stops moving. A restart that the stream's resume token serves costs one
+    backoff."""
 
     def __init__(self, policy: RetryPolicy, limit: int = 20) -> None:
         self.policy, self.limit, self.restarts = policy, limit, -1  # the first call is no restart
