@@ -5,7 +5,7 @@ cannot). Every message names the offending thing and the fix.
 
 from __future__ import annotations
 
-from cs_platform.errors import TerminalError
+from cs_platform.errors import TerminalError, TransientError
 
 
 class InvalidIdentifierError(TerminalError, ValueError):
@@ -58,6 +58,15 @@ class FencedOffError(TerminalError):
     The sensor presumes a run dead once it stops landing and launches another, which takes the
     partition; the first run, alive after all (a paused VM, a long GC), must then move nothing:
     its watermark could pass records that only its late, possibly skipped, files hold.
+    """
+
+
+class MetadataContentionError(TransientError):
+    """Raised when a partition metadata transaction kept aborting past its retry deadline.
+
+    Spanner aborts the loser of a lock conflict and the client retries it; past the deadline the
+    same transaction may still succeed later (the sensor's next tick, the reader's next landing),
+    so the caller retries it on its own schedule instead of failing for good.
     """
 
 

@@ -41,6 +41,7 @@ from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.errors import (
     FencedOffError,
+    MetadataContentionError,
     PartitionNotFoundError,
     SettingsDriftError,
 )
@@ -248,7 +249,11 @@ class PartitionMetadataStore:
         # transactions are small and conflict mostly with each other, when many readers take or
         # finish partitions at once: at a load of 12 on two cores the emulator (one transaction at a
         # time) kept aborting a take for more than 30 s and the read failed. They keep retrying longer.
-        return self.database.run_in_transaction(work, *args, commit_request_options=self.options, timeout_secs=ABORTED_RETRY_SECONDS)
+        try:
+            return self.database.run_in_transaction(work, *args, commit_request_options=self.options, timeout_secs=ABORTED_RETRY_SECONDS)
+        except gexc.Aborted as e:
+            message = f"a transaction on partition metadata table {self.table} kept aborting for {ABORTED_RETRY_SECONDS} s (lock conflicts): {e.message}"
+            raise MetadataContentionError(message) from e
 
     def initialize(self, start: datetime | None, end: datetime | None, heartbeat_millis: int) -> bool:
         """Create the table if needed and insert the initial partition once. True if inserted.

@@ -39,12 +39,15 @@ from dagster import (
 )
 from dagster._core.definitions.sensor_definition import SensorExecutionData
 from dagster._core.instance.ref import InstanceRef
+from google.api_core import exceptions as gexc
 
 from cs_platform.dev.deadline import Deadline
+from cs_platform.errors import TransientError
 
 log = logging.getLogger(__name__)
 
 DefinitionsFactory = Callable[[], Definitions]
+TRANSIENT = (TransientError, gexc.Aborted, gexc.ServiceUnavailable, gexc.DeadlineExceeded)
 
 
 @dataclass
@@ -54,6 +57,7 @@ class LoopStats:
     succeeded: int = 0
     failed: int = 0
     skipped_run_keys: int = 0
+    failed_ticks: int = 0  # ticks that raised a transient error (the daemon evaluates the sensor again next interval)
     launch_times: dict[str, float] = field(default_factory=dict)  # run key -> wall clock of launch
 
 
@@ -143,8 +147,17 @@ class SensorLoop:
         )
         self._runs: list[Future] = []
 
-    def tick(self) -> SensorExecutionData:
-        result = evaluate_sensor(self.definitions, self.instance, self.sensor, self.cursor)
+    def tick(self) -> SensorExecutionData | None:
+        """One evaluation of the sensor and the runs it requests. A tick that fails with a transient
+        error (``TransientError``, Spanner's ABORTED, UNAVAILABLE, DEADLINE_EXCEEDED) returns None and
+        keeps the cursor, as the daemon logs a failed tick and evaluates the sensor again at the next
+        interval; any other error is raised: it would fail every tick."""
+        try:
+            result = evaluate_sensor(self.definitions, self.instance, self.sensor, self.cursor)
+        except TRANSIENT as e:
+            self.stats.failed_ticks += 1
+            log.warning("sensor tick failed, evaluated again next tick: %s", e)
+            return None
         self.stats.ticks += 1
         if result.cursor is not None:
             self.cursor = result.cursor
