@@ -2,6 +2,7 @@
 takes; an unknown CS_PLATFORM_* variable is warned about with the closest known name."""
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,29 @@ def test_a_cron_dagster_refuses_is_named_by_its_setting():
 
     with pytest.raises(settings.SettingError, match=r"^CS_PLATFORM_CLEANUP_CRON='every hour' is not valid: Dagster refuses it"):
         scheduled_job("stream_cleanup", AssetKey("cleanup"), "every hour", "CS_PLATFORM_CLEANUP_CRON", "A pass")
+
+
+# How a page quotes a setting's default: "`CS_PLATFORM_X` (600)", "(3,600 s)", "(a day)", "(3 days)",
+# or "(`CS_PLATFORM_X`, 5)" (that form only whole: "`X`, 2 s by default" may be in another unit).
+QUOTED_DEFAULT = re.compile(r"`(CS_PLATFORM_[A-Z_]+)`(?: \((a day|[\d,]+(?: days)?)[ ,)]|, (a day|[\d,]+(?: days)?)\))")
+
+
+def quoted_value(text: str) -> float:
+    if text == "a day":
+        return settings.DAY
+    if text.endswith(" days"):
+        return float(text.removesuffix(" days")) * settings.DAY
+    return float(text.replace(",", ""))
+
+
+def test_every_page_quotes_a_setting_default_as_the_setting_has_it():
+    root = Path(__file__).resolve().parents[1]
+    quoted = [
+        (page.name, name, value)
+        for page in (root / "README.md", *sorted((root / "docs").glob("*.md")))
+        for name, value, value_in_parentheses in QUOTED_DEFAULT.findall(page.read_text())
+        for value in [value or value_in_parentheses]
+    ]
+    assert len(quoted) >= 10  # the pattern still finds how the pages quote defaults
+    wrong = [(page, name, value, settings.SETTINGS[name].default) for page, name, value in quoted if quoted_value(value) != float(settings.SETTINGS[name].default)]
+    assert wrong == []
