@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable, Iterator, Mapping
+from urllib.parse import urlsplit
 
 from cs_platform.changestream.errors import MalformedRecordError
 from cs_platform.changestream.query import MAX_HEARTBEAT_MILLIS, MIN_HEARTBEAT_MILLIS
@@ -141,6 +142,33 @@ def _history_tables(text: str) -> str:
 _history_tables.expects = "none, all, or comma-separated table names"  # type: ignore[attr-defined]
 
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+
+
+def _alert_url(text: str) -> str:
+    """An address alerts are POSTed to: https, or http only to this machine (a URL such as a Slack
+    incoming webhook's is its own credential, so it never crosses a network in clear text)."""
+    url = urlsplit(text)
+    if any(c.isspace() for c in text) or not url.hostname or url.scheme not in ("https", "http"):
+        raise ValueError("an https:// URL")
+    if url.scheme == "http" and url.hostname not in LOOPBACK_NAMES:
+        raise ValueError("an https:// URL")
+    return text
+
+
+_alert_url.expects = "an https:// URL (http:// only to 127.0.0.1, localhost or ::1)"  # type: ignore[attr-defined]
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or any(c.isspace() for c in text) or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("host:port")
+    return host.strip("[]"), int(port)
+
+
+_host_port.expects = "host:port, e.g. smtp.example.com:587"  # type: ignore[attr-defined]
+
+
 _EXPECTS = {
     _timestamp: "an RFC 3339 timestamp, e.g. 2026-01-31T12:00:00Z",
     _names: "comma-separated names",
@@ -157,6 +185,7 @@ class Setting:
     default: str | None
     doc: str
     field: str | None = None  # the resource field it configures, if any
+    secret: bool = False  # its value is a credential: never shown in an error, a log or a tag
 
     @property
     def expects(self) -> str:
@@ -196,16 +225,19 @@ SETTINGS = {
         Setting("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS", Number(0, 7 * DAY), "1800", "how long one sensor-launched lake run keeps cutting with its Spark session before it ends and the lake sensor launches the next (a hand-over of about 45 s without cuts) (a materialization from the UI or a backfill takes one cut)", "lake_soft_timeout_seconds"),
         Setting("CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS", Number(0, 366 * DAY), "86400", "consistent cuts this recent (before the latest cut) stay readable (mirrors_at_cut); maintenance drops older ones and the files and Delta log only they needed", "kept_cuts_seconds"),
         Setting("CS_PLATFORM_LAKE_MAINTENANCE_CRON", _cron, "17 * * * *", "when lake maintenance runs (compaction, purge of deletion vectors, VACUUM)"),
-        Setting("CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS", Number(0, 30 * DAY), "3600", "VACUUM spares files removed this long before the oldest kept cut, and any younger file: keep it above the longest lake run", "vacuum_margin_seconds"),
+        Setting("CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS", Number(0, 30 * DAY), "3600", "VACUUM spares files removed this long before the oldest kept cut, and any younger file: keep it above your longest cut (docs/lake.md, Maintenance)", "vacuum_margin_seconds"),
         Setting("CS_PLATFORM_CLEANUP_CRON", _cron, "43 * * * *", "when cleanup runs (finished partitions and their keys, old reader runs, ingested landing files)"),
         Setting("CS_PLATFORM_METADATA_RETENTION_SECONDS", Number(0, 366 * DAY), "86400", "cleanup removes FINISHED partitions (metadata rows and dynamic partition keys) finished longer ago than this", "metadata_retention_seconds"),
         Setting("CS_PLATFORM_RUN_RETENTION_SECONDS", Number(0, 366 * DAY), "259200", "cleanup deletes reader and lake runs (and their event logs) that ended longer ago than this", "run_retention_seconds"),
         Setting("CS_PLATFORM_LANDING_RETENTION_SECONDS", Number(0, 366 * DAY), "86400", "cleanup removes landing files the changelog ingested once their watermark is older than this", "landing_retention_seconds"),
         Setting("CS_PLATFORM_MAX_LAG_SECONDS", Number(120, 7 * DAY), "600", "the lake is late (freshness, lag check) beyond this; 120 at least: the mirrors' freshness policy warns at half of it, and Dagster's least freshness window is a minute", "max_lag_seconds"),
-        Setting("CS_PLATFORM_ALERT_SLACK_WEBHOOK", str, None, "a Slack incoming webhook URL the alerts sensor posts to (none: no Slack alerts)"),
-        Setting("CS_PLATFORM_ALERT_WEBHOOK", str, None, "a URL the alerts sensor POSTs each alert to as JSON (kind, stream, title, text, link)"),
+        Setting("CS_PLATFORM_ALERT_SLACK_WEBHOOK", _alert_url, None, "a Slack incoming webhook URL the alerts sensor posts to (none: no Slack alerts); a secret", secret=True),
+        Setting("CS_PLATFORM_ALERT_WEBHOOK", _alert_url, None, "a URL the alerts sensor POSTs each alert to as JSON (kind, stream, title, text, link); a secret", secret=True),
         Setting("CS_PLATFORM_ALERT_EMAIL_TO", _names, None, "comma-separated e-mail addresses the alerts sensor mails (through CS_PLATFORM_ALERT_SMTP)"),
-        Setting("CS_PLATFORM_ALERT_SMTP", str, "127.0.0.1:25", "host:port of the SMTP server alert e-mails go through"),
+        Setting("CS_PLATFORM_ALERT_SMTP", _host_port, "127.0.0.1:25", "host:port of the SMTP server alert e-mails go through"),
+        Setting("CS_PLATFORM_ALERT_SMTP_SECURITY", _choice("starttls", "smtps", "none"), "starttls", "how alert e-mails reach the SMTP server: STARTTLS on a plain port (587), TLS from the first byte (smtps, 465), or in clear text (none: only to 127.0.0.1, localhost or ::1)"),
+        Setting("CS_PLATFORM_ALERT_SMTP_USER", str, None, "the login for CS_PLATFORM_ALERT_SMTP (none: no login)"),
+        Setting("CS_PLATFORM_ALERT_SMTP_PASSWORD", str, None, "the password of CS_PLATFORM_ALERT_SMTP_USER; a secret", secret=True),
         Setting("CS_PLATFORM_ALERT_EMAIL_FROM", str, "cs-platform@localhost", "the From address of alert e-mails"),
         Setting("CS_PLATFORM_DAGSTER_URL", str, "http://127.0.0.1:3000", "the Dagster UI's address, for the links in alerts"),
         Setting("CS_PLATFORM_METRICS_PORT", Number(1, 65535, "", whole=True), "9464", "port of the Prometheus exporter (cs-platform-metrics; make dev and make stack start it on loopback)"),
@@ -227,7 +259,7 @@ def value(environ: Mapping[str, str], env: str) -> Any:
     try:
         return setting.parse(text)
     except (ValueError, MalformedRecordError) as e:
-        raise _invalid(env, repr(text)) from e
+        raise _invalid(env, "<its value, not shown: a secret>" if setting.secret else repr(text)) from None if setting.secret else e
 
 
 def default(env: str) -> Any:

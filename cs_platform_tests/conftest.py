@@ -215,11 +215,27 @@ class Received:
         return f"{self.url}{path}"
 
 
+SMTP_USER, SMTP_PASSWORD = "cs-platform", "s3cret-from-the-environment"
+
+
+@pytest.fixture(scope="session")
+def loopback_tls(tmp_path_factory) -> tuple[Path, Path]:
+    """(certificate, key) of the tests' TLS servers on 127.0.0.1."""
+    from cs_platform_tests.tls import loopback_certificate
+
+    return loopback_certificate(tmp_path_factory.mktemp("tls"))
+
+
 @pytest.fixture
-def alert_receivers(monkeypatch) -> Iterator[Received]:
+def alert_receivers(monkeypatch, loopback_tls) -> Iterator[Received]:
     """A real HTTP server (Slack's incoming webhook at /slack, a JSON webhook at /hook) and a real
-    SMTP server on loopback, with the CS_PLATFORM_ALERT_* settings pointing at them."""
+    SMTP server on loopback that requires STARTTLS and a login, as a real relay does, with the
+    CS_PLATFORM_ALERT_* settings pointing at them (the password from the environment, the server's
+    certificate trusted through SSL_CERT_FILE)."""
+    import ssl
+
     from aiosmtpd.controller import Controller
+    from aiosmtpd.smtp import AuthResult, LoginPassword
 
     received = Received()
 
@@ -239,10 +255,18 @@ def alert_receivers(monkeypatch) -> Iterator[Received]:
             received.mails.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
             return "250 OK"
 
+    def login(server, session, envelope, mechanism, auth_data) -> AuthResult:
+        ok = isinstance(auth_data, LoginPassword) and (auth_data.login, auth_data.password) == (SMTP_USER.encode(), SMTP_PASSWORD.encode())
+        return AuthResult(success=ok, handled=False)  # handled=False: the server answers a refusal (535) itself
+
+    tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    tls.load_cert_chain(*loopback_tls)
     http_server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hooks)
     threading.Thread(target=http_server.serve_forever, daemon=True).start()
     smtp_port = free_loopback_port()
-    mailbox = Controller(Mailbox(), hostname="127.0.0.1", port=smtp_port)
+    mailbox = Controller(
+        Mailbox(), hostname="127.0.0.1", port=smtp_port, tls_context=tls, require_starttls=True, authenticator=login, auth_required=True
+    )
     mailbox.start()
     received.url = url = f"http://127.0.0.1:{http_server.server_port}"
     for name, value in {
@@ -250,6 +274,9 @@ def alert_receivers(monkeypatch) -> Iterator[Received]:
         "CS_PLATFORM_ALERT_WEBHOOK": f"{url}/hook",
         "CS_PLATFORM_ALERT_EMAIL_TO": "oncall@example.com",
         "CS_PLATFORM_ALERT_SMTP": f"127.0.0.1:{smtp_port}",
+        "CS_PLATFORM_ALERT_SMTP_USER": SMTP_USER,
+        "CS_PLATFORM_ALERT_SMTP_PASSWORD": SMTP_PASSWORD,
+        "SSL_CERT_FILE": str(loopback_tls[0]),
         "CS_PLATFORM_DAGSTER_URL": "http://dagster.example:3000",
     }.items():
         monkeypatch.setenv(name, value)

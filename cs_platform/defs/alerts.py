@@ -16,12 +16,20 @@ tick it reads what changed since the last one and decides, keeping what it knows
 Alerts go where ``notify.Destinations`` says (``docs/operations.md``); with none configured the
 sensor says so once in its log and sends nothing. A destination that fails gets the alert again at
 the next tick; one that took it never gets it twice.
+
+A tick stays well inside Dagster's sensor timeout (60 s) whatever the destinations do: each alert
+goes to its destinations at once, a destination that failed is not tried again in the same tick,
+and sending stops after ``TICK_SENDING_S``; the cursor is updated after each alert. At most
+``MAX_PENDING`` alerts wait for a destination that is down; beyond that the oldest are dropped, and
+the log says how many. An alert carries no source value: a check's facts that quote rows
+(``SHOWS_SOURCE_VALUES``) stay in the event log, and every other text is cut at ``FACT_CHARS``.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from dataclasses import asdict
 
 from dagster import (
@@ -35,11 +43,15 @@ from dagster import (
 )
 
 from cs_platform import settings
+from cs_platform.defs.lake_assets import SHOWS_SOURCE_VALUES
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.notify import Alert, Destinations, send
 
 READER_FAILURES_TO_ALERT = 3
 SENSOR_NAME = "alerts"
+TICK_SENDING_S = 30.0  # no alert is sent after this much of a tick (Dagster ends a sensor tick at 60 s)
+MAX_PENDING = 100  # alerts waiting for a destination that is down; the oldest are dropped beyond
+FACT_CHARS = 200  # a check's text fact in an alert is cut here
 _PAGE = 500
 
 
@@ -91,19 +103,28 @@ def alerts_sensor(streams: list[ChangeStreamNames], minimum_interval_seconds: in
             context.update_cursor(state.to_cursor())
             return SkipReason(f"{len(found)} alert(s), no destination configured")
         state.pending += [{"alert": asdict(alert), "to": destinations.configured} for alert in found]
-        sent, left = [], []
-        for item in state.pending:
-            alert = Alert(**item["alert"])
-            delivery = send(alert, destinations, tuple(item["to"]))
-            sent += [f"{alert.title} ({', '.join(delivery.delivered)})"] if delivery.delivered else []
-            if delivery.failed:
-                context.log.warning(f"alert {alert.title!r} not delivered: {delivery.failed}; tried again next tick")
-                left.append({"alert": item["alert"], "to": sorted(delivery.failed)})
-        state.pending = left
+        if len(state.pending) > MAX_PENDING:
+            dropped = len(state.pending) - MAX_PENDING
+            context.log.warning(f"{dropped} alert(s) dropped, the oldest: more than {MAX_PENDING} were waiting for a destination that is down")
+            state.pending = state.pending[dropped:]
         context.update_cursor(state.to_cursor())
-        for line in sent:
-            context.log.info(f"alert sent: {line}")
-        return SkipReason(f"{len(sent)} alert(s) sent, {len(left)} waiting to be sent again")
+        sent, down, began = 0, {}, time.monotonic()
+        for item in list(state.pending):
+            to = tuple(d for d in item["to"] if d not in down)
+            if not to or time.monotonic() - began > TICK_SENDING_S:
+                continue
+            alert = Alert(**item["alert"])
+            delivery = send(alert, destinations, to)
+            down |= delivery.failed
+            item["to"] = [d for d in item["to"] if d not in delivery.delivered]
+            state.pending = [i for i in state.pending if i["to"]]
+            context.update_cursor(state.to_cursor())  # what a destination took is never sent to it again
+            if delivery.delivered:
+                sent += 1
+                context.log.info(f"alert sent: {alert.title} ({', '.join(delivery.delivered)})")
+        for name, why in sorted(down.items()):
+            context.log.warning(f"alert destination {name} failed ({why}): its alerts are sent again next tick")
+        return SkipReason(f"{sent} alert(s) sent, {len(state.pending)} waiting to be sent again")
 
     return alerts
 
@@ -176,13 +197,21 @@ def _check_alerts(context: SensorEvaluationContext, state: AlertState, ui: str, 
         failing.append(name)
         if name in state.failed_checks:
             continue
-        facts = [f"{name}: {value.value}" for name, value in evaluation.metadata.items() if isinstance(value.value, (str, int, float))]
+        facts = [
+            f"{name}: {_cut(value.value)}"
+            for name, value in evaluation.metadata.items()
+            if isinstance(value.value, (str, int, float)) and name not in SHOWS_SOURCE_VALUES
+        ]
         alerts.append(Alert(
             "check_failed", by_slug[key.asset_key.path[0]], f"check {key.name} of {key.asset_key.to_user_string()} failed ({evaluation.severity.value})",
             "\n".join([evaluation.description or "", *facts]).strip(), f"{ui}/assets/{'/'.join(key.asset_key.path)}?view=checks",
         ))
     state.failed_checks = failing
     return alerts
+
+
+def _cut(value: str | int | float) -> str | int | float:
+    return value[:FACT_CHARS] + "…" if isinstance(value, str) and len(value) > FACT_CHARS else value
 
 
 def _freshness_alerts(context: SensorEvaluationContext, state: AlertState, ui: str, by_slug: dict[str, str]) -> list[Alert]:

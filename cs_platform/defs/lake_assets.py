@@ -81,6 +81,7 @@ LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per str
 # Set by the lake sensor: the run keeps cutting for CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS. Without it
 # (a materialization from the UI, a backfill) a lake run takes one cut.
 KEEP_CUTTING_TAG = "cs_platform/keep_cutting"
+SHOWS_SOURCE_VALUES = frozenset({"first_values"})  # check metadata that quotes source values: in the event log, never in an alert
 BLOCKING_CHECK = "complete_transactions_below_low_watermark"  # a failure stops the run: nothing is published past it
 
 CHECKS = {
@@ -253,7 +254,7 @@ def lake_definitions(
         except (UntypedValueError, UnmappedColumnTypeError) as e:  # no retry types them: a fix, an upgrade or a narrower stream does
             record_before_failing()
             if isinstance(e, UntypedValueError):
-                found = {"untyped_values": len(e.values), "first": "; ".join(v.describe() for v in e.values[:5])}
+                found = {"untyped_values": len(e.values), "first_values": "; ".join(v.describe() for v in e.values[:5])}
             else:
                 found = {"unmapped_columns": len(e.columns), "first": "; ".join(f"{t}.{c}: {json.dumps(k)}" for t, c, k in e.columns[:5])}
             yield assets.on_mirrors(_check(BLOCKING_CHECK, True, {"incomplete": 0}))
@@ -372,7 +373,7 @@ class LakeAssets:
                 {
                     "quarantined_transactions": len(quarantined),
                     "set_aside_since_last_report": sum(len({v.transaction for v in a.result.quarantined}) for a in covered),
-                    "first": "; ".join(f"{q['server_transaction_id']}: {q['reason']}" for q in quarantined[:5]) or "none",
+                    "first_values": "; ".join(f"{q['server_transaction_id']}: {q['reason']}" for q in quarantined[:5]) or "none",
                 },
             ),
             lag_check(advance.position, lag, max_lag_seconds),

@@ -24,6 +24,8 @@ from cs_platform.lake.identifiers import quoted, sql_string
 from cs_platform.lake.types import untyped, utc
 from cs_platform.landing.rows import IDENTITY
 
+SHOWN_CHARS = 100  # of an untyped value, in a check's metadata and an error
+
 
 @dataclass(frozen=True)
 class UntypedValue:
@@ -35,10 +37,10 @@ class UntypedValue:
     type: str
 
     def describe(self) -> str:
-        return (
-            f"transaction {self.transaction} (committed {self.commit_timestamp}) wrote {self.raw!r} "
-            f"to {self.table}.{self.column}, which is not a {self.type}"
-        )
+        """One line for a check's metadata and an error: the value cut at ``SHOWN_CHARS`` (a
+        multi-megabyte value would fill the event log; the quarantine table keeps it whole)."""
+        shown = repr(self.raw[:SHOWN_CHARS]) + (f" (cut: {len(self.raw)} characters)" if len(self.raw) > SHOWN_CHARS else "")
+        return f"transaction {self.transaction} (committed {self.commit_timestamp}) wrote {shown} to {self.table}.{self.column}, which is not a {self.type}"
 
 
 def untyped_values(changes: DataFrame, types: dict[str, dict[str, dict]], limit: int = 10_000) -> list[UntypedValue]:
