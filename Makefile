@@ -60,6 +60,7 @@ bench: setup
 	$(PY) bench/snapshot_throughput.py
 	$(PY) bench/lake_storage.py
 	$(PY) bench/freshness.py
+	$(PY) bench/metrics_scrape.py
 
 clean:
 	rm -rf $(VENV) .demo .dev .stack .pytest_cache

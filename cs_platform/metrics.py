@@ -1,11 +1,19 @@
 """``cs-platform-metrics``: each configured stream's progress as Prometheus metrics.
 
-Every scrape reads the stream's state where the product keeps it, not from Dagster: the partition
+The exporter reads each stream's state where the product keeps it, not from Dagster: the partition
 metadata table (the partitions by state, their watermarks), the lake's Delta logs (the latest
 published cut, the changelog's ingest marks) and the landing directory. So the exporter needs no
 Dagster process, survives any run's restart, and shows a stream whose runs have all stopped (a
-stopped stream is exactly what an alert must see). A scrape costs three small reads per stream;
-the retention period is read at most every ``RETENTION_READ_EVERY``.
+stopped stream is exactly what an alert must see).
+
+What a scrape costs does not grow with the scrapers: one scrape is answered at a time, from facts
+read at most every ``CS_PLATFORM_METRICS_REFRESH_SECONDS`` (the ages are taken at the scrape, so
+they keep moving between reads). A read of a stream's facts is two queries of the metadata table
+(the unfinished partitions; the FINISHED ones counted by Spanner), one or two Delta commit files
+and a listing of the landing directories of the partitions still live (a finished partition's
+directory gets no new file: listed once, then remembered); the retention period is read at most
+every ``RETENTION_READ_EVERY``. Any error reading a stream is its ``scrape_error``, never a failed
+scrape.
 
 Metrics, each with label ``stream`` (``docs/operations.md`` has the alert rules to write on them):
 
@@ -37,14 +45,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Iterator, Mapping
 
-from google.api_core.exceptions import GoogleAPIError
 from prometheus_client import start_http_server
 from prometheus_client.core import REGISTRY, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from cs_platform import settings
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
-from cs_platform.errors import CsPlatformError
 from cs_platform.lake.layout import stream_root
 from cs_platform.lake.published import ingested_landing, lake_location, latest_cut
 from cs_platform.landing.store import LandingStore
@@ -70,18 +76,60 @@ class StreamMetrics:
     retention_headroom_s: float | None
 
 
-def waiting_files(landing: LandingStore, stream: str, marks: Mapping[str, str]) -> int:
-    """Landing files of ``stream`` above their directory's ingest mark (``lake/changelog.py``)."""
-    count = 0
-    for path in landing.files(stream):
-        directory, _, name = path.rpartition("/")
-        count += name > marks.get(directory, "")
-    return count
+class WaitingFiles:
+    """Landing files of a stream above their directory's ingest mark (``lake/changelog.py``),
+    counted without listing every file on every read: a partition's directory is listed while the
+    partition is live (or new to this object); once the partition is FINISHED its run landed its
+    last file, so the names listed after that are kept and only compared with the marks as they
+    move."""
+
+    def __init__(self, landing: LandingStore, stream: str) -> None:
+        self.landing = landing
+        self.stream = stream
+        self._final: dict[str, list[str]] = {}  # partition key -> its names, listed after it finished
+
+    def count(self, marks: Mapping[str, str], live_keys: set[str]) -> int:
+        keys = self.landing.partition_keys(self.stream)
+        self._final = {k: names for k, names in self._final.items() if k in keys}  # cleanup removed the rest
+        total = 0
+        for key in keys:
+            names = self._final.get(key)
+            if names is None:
+                names = self.landing.names_in(self.stream, key)
+                if key not in live_keys:
+                    self._final[key] = names
+            mark = marks.get(self.landing.location.uri(self.landing.directory(self.stream, key)), "")
+            total += sum(name > mark for name in names)
+        return total
 
 
-def stream_metrics(
-    stream: str, store: PartitionMetadataStore, landing: LandingStore, lake_root: str, retention: Callable[[], timedelta], now: datetime
-) -> StreamMetrics:
+@dataclass(frozen=True)
+class StreamFacts:
+    """What one read of a stream's state found; the ages are taken from it at each scrape."""
+
+    partitions: dict[PartitionState, int]
+    low_watermark: datetime | None
+    oldest_unread_since: datetime | None  # when the oldest partition no run has taken was created
+    cut: datetime | None
+    cut_apply_s: float | None
+    landing_files_waiting: int
+    retention: timedelta
+
+    def at(self, stream: str, now: datetime) -> StreamMetrics:
+        low = self.low_watermark
+        return StreamMetrics(
+            stream=stream,
+            partitions=self.partitions,
+            low_watermark_lag_s=None if low is None else (now - low).total_seconds(),
+            oldest_unread_partition_age_s=0.0 if self.oldest_unread_since is None else (now - self.oldest_unread_since).total_seconds(),
+            latest_cut_age_s=None if self.cut is None else (now - self.cut).total_seconds(),
+            latest_cut_apply_s=self.cut_apply_s,
+            landing_files_waiting=self.landing_files_waiting,
+            retention_headroom_s=None if low is None else (self.retention - (now - low)).total_seconds(),
+        )
+
+
+def stream_facts(store: PartitionMetadataStore, waiting: WaitingFiles, lake_root: str, retention: Callable[[], timedelta]) -> StreamFacts:
     unfinished = store.unfinished() if store.table_exists() else None
     partitions = {state: 0 for state in PartitionState}
     waiting_since: list[datetime] = []
@@ -92,21 +140,21 @@ def stream_metrics(
     partitions[PartitionState.FINISHED] = store.count_finished() if unfinished else 0
     low = unfinished.low_watermark if unfinished else None
     cut = latest_cut(lake_location(lake_root))
-    marks = ingested_landing(lake_root)
-    return StreamMetrics(
-        stream=stream,
+    live = {p.key for p in unfinished.partitions} if unfinished else set()
+    return StreamFacts(
         partitions=partitions,
-        low_watermark_lag_s=None if low is None else (now - low).total_seconds(),
-        oldest_unread_partition_age_s=max(((now - t).total_seconds() for t in waiting_since), default=0.0),
-        latest_cut_age_s=None if cut is None else (now - cut.cut).total_seconds(),
-        latest_cut_apply_s=None if cut is None else cut.seconds,
-        landing_files_waiting=waiting_files(landing, stream, marks),
-        retention_headroom_s=None if low is None else (retention() - (now - low)).total_seconds(),
+        low_watermark=low,
+        oldest_unread_since=min(waiting_since, default=None),
+        cut=None if cut is None else cut.cut,
+        cut_apply_s=None if cut is None else cut.seconds,
+        landing_files_waiting=waiting.count(ingested_landing(lake_root), live),
+        retention=retention() if low is not None else timedelta(0),
     )
 
 
 class StreamsCollector(Collector):
-    """Computes every stream's metrics when Prometheus scrapes (no figure is older than the scrape)."""
+    """Every stream's metrics when Prometheus scrapes: one scrape at a time, from facts at most
+    ``refresh_s`` old (module docstring)."""
 
     def __init__(self, environ: Mapping[str, str], clock: Callable[[], datetime] = utc_now) -> None:
         settings.check_all(environ)  # a bad value fails the exporter's start, named
@@ -114,24 +162,41 @@ class StreamsCollector(Collector):
         self.streams = list(self.sources)
         self.landing = LandingStore(settings.value(environ, "CS_PLATFORM_LANDING_ROOT"))
         self.lake_root = settings.value(environ, "CS_PLATFORM_LAKE_ROOT")
+        self.refresh_s = settings.value(environ, "CS_PLATFORM_METRICS_REFRESH_SECONDS")
         self.clock = clock
+        self.reads = 0  # reads of the streams' state, for tests and benchmarks
+        self._waiting = {stream: WaitingFiles(self.landing, stream) for stream in self.streams}
+        self._facts: dict[str, tuple[float, StreamFacts | None]] = {}  # stream -> (read at, facts; None: the read failed)
         self._retention: dict[str, tuple[float, timedelta]] = {}
-        self._lock = threading.Lock()
+        self._scrape = threading.Lock()
 
     def _retention_of(self, stream: str) -> Callable[[], timedelta]:
         def read() -> timedelta:
-            with self._lock:
-                read_at, period = self._retention.get(stream, (float("-inf"), timedelta(0)))
-                if time.monotonic() - read_at >= RETENTION_READ_EVERY.total_seconds():
-                    period = self.sources[stream].retention_period()
-                    self._retention[stream] = (time.monotonic(), period)
-                return period
+            read_at, period = self._retention.get(stream, (float("-inf"), timedelta(0)))
+            if time.monotonic() - read_at >= RETENTION_READ_EVERY.total_seconds():
+                period = self.sources[stream].retention_period()
+                self._retention[stream] = (time.monotonic(), period)
+            return period
 
         return read
 
-    def measure(self, stream: str) -> StreamMetrics:
+    def facts(self, stream: str) -> StreamFacts | None:
+        """The stream's facts, read again if older than ``refresh_s``; None if that read failed
+        (logged). Call with the scrape lock held."""
+        read_at, facts = self._facts.get(stream, (float("-inf"), None))
+        return facts if time.monotonic() - read_at < self.refresh_s else self.read(stream)
+
+    def read(self, stream: str) -> StreamFacts | None:
+        """Read the stream's state now (``facts`` does when its last read is too old)."""
+        self.reads += 1
         store, lake_root = self.sources[stream].metadata_store(), stream_root(self.lake_root, stream)
-        return stream_metrics(stream, store, self.landing, lake_root, self._retention_of(stream), self.clock())
+        try:
+            facts = stream_facts(store, self._waiting[stream], lake_root, self._retention_of(stream))
+        except Exception as e:  # whatever broke: an exporter reports what it cannot read (scrape_error) and serves the rest
+            log.warning("stream %s: reading its state failed: %s: %s", stream, type(e).__name__, e)
+            facts = None
+        self._facts[stream] = (time.monotonic(), facts)
+        return facts
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         families = {
@@ -145,14 +210,14 @@ class StreamsCollector(Collector):
         }
         gauges = {name: GaugeMetricFamily(PREFIX + name, text, labels=["stream"]) for name, text in families.items()}
         partitions = GaugeMetricFamily(PREFIX + "partitions", "Partitions by state", labels=["stream", "state"])
-        for stream in self.streams:
-            try:
-                figures = self.measure(stream)
-            except (CsPlatformError, GoogleAPIError, OSError) as e:  # Spanner, the lake's or landing's storage
-                log.warning("stream %s: reading its state failed: %s", stream, e)
-                gauges["scrape_error"].add_metric([stream], 1)
+        with self._scrape:  # one scrape at a time: concurrent scrapers wait and share the facts read
+            found = {stream: self.facts(stream) for stream in self.streams}
+        now = self.clock()
+        for stream, facts in found.items():
+            gauges["scrape_error"].add_metric([stream], int(facts is None))
+            if facts is None:
                 continue
-            gauges["scrape_error"].add_metric([stream], 0)
+            figures = facts.at(stream, now)
             for state, count in figures.partitions.items():
                 partitions.add_metric([stream, state.value], count)
             for name, figure in (

@@ -193,6 +193,17 @@ class LandingStore:
     def _paths(self, stream: str) -> list[str]:
         return [i.path for i in self._infos(stream)]
 
+    def partition_keys(self, stream: str) -> list[str]:
+        """The partitions that have a landing directory (one listing of the stream's directory)."""
+        return self.location.children(self.stream_directory(stream))
+
+    def names_in(self, stream: str, partition_key: str) -> list[str]:
+        """The landed files of one partition, by name, sorted (one listing of its directory)."""
+        from pyarrow import fs as pafs
+
+        selector = pafs.FileSelector(self.directory(stream, partition_key), allow_not_found=True)
+        return sorted(i.base_name for i in self.filesystem.get_file_info(selector) if i.is_file and i.base_name.endswith(SUFFIXES))
+
     def remove_ingested(
         self, stream: str, ingested_upto: Mapping[str, str], landed_before: datetime, live_keys: set[str]
     ) -> RemovedLanding:
