@@ -90,7 +90,8 @@ class WaitingFiles:
 
     def count(self, marks: Mapping[str, str], live_keys: set[str]) -> int:
         keys = self.landing.partition_keys(self.stream)
-        self._final = {k: names for k, names in self._final.items() if k in keys}  # cleanup removed the rest
+        present = set(keys)
+        self._final = {k: names for k, names in self._final.items() if k in present}  # cleanup removed the rest
         total = 0
         for key in keys:
             names = self._final.get(key)
