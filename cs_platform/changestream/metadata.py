@@ -210,6 +210,16 @@ class PartitionMetadataStore:
     def table_exists(self) -> bool:
         return bool(self._columns())
 
+    def initialized(self) -> bool:
+        """Whether the stream was started here: the table holds the initial partition."""
+        if not self.table_exists():
+            return False
+        try:
+            self.get(INITIAL_PARTITION_TOKEN)
+        except PartitionNotFoundError:
+            return False
+        return True
+
     def create_table_if_missing(self) -> bool:
         """Create the table, or bring one of an earlier version up to today's columns (``Owner``:
         its rows have no owner, so the first reader to take each one becomes it)."""

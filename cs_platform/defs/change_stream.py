@@ -24,6 +24,7 @@ from dagster import (
 from cs_platform import partition_detection
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN
 from cs_platform.changestream.retention import RetentionLevel
+from cs_platform.changestream.table_snapshot import check_retention
 from cs_platform.defs.cleanup import cleanup_definitions
 from cs_platform.defs.lake_assets import lake_definitions
 from cs_platform.defs.lake_maintenance import lake_maintenance_definitions
@@ -129,6 +130,9 @@ def detect_partitions(
         # The first tick checks what every run will need, so a wrong setting fails here, named.
         change_stream.require_stream()
         landing_resource.store().check_writable()
+        start = change_stream.start()
+        if start is not None and not store.initialized():  # a new stream's snapshot at T0 must still be readable
+            check_retention(change_stream.source_database(), start, f"stream {names.stream}'s snapshot at its start")
         if store.initialize(change_stream.start(), change_stream.end(), change_stream.heartbeat_millis):
             start = store.get(INITIAL_PARTITION_TOKEN).start_timestamp
             context.log.info(f"initialized {store.table} for stream {names.stream} from {start.isoformat()}")

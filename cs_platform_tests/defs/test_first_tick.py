@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from cs_platform.changestream.connection import SpannerTarget
-from cs_platform.changestream.errors import SpannerUnreachableError
+from cs_platform.changestream.errors import SnapshotTooOldError, SpannerUnreachableError
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.definitions import build_definitions
 from cs_platform.dev.emulator import free_loopback_port
@@ -56,3 +56,12 @@ def test_an_unwritable_landing_root_fails_the_first_tick(bank_stream, dagster_in
     monkeypatch.setenv("CS_PLATFORM_LANDING_ROOT", str(blocker / "landing"))
     with pytest.raises(Exception, match=r"CS_PLATFORM_LANDING_ROOT=.*a_file/landing' is not writable"):
         first_tick(bank_stream, dagster_instance)
+
+
+def test_a_start_older_than_the_sources_version_retention_fails_the_first_tick_naming_the_fix(bank_stream, dagster_instance):
+    # The emulator, like Cloud Spanner by default, keeps versions for an hour: the snapshot at T0 could not be read.
+    bank_stream.configure(utc_now() - timedelta(hours=2), utc_now() + timedelta(minutes=5))
+    with pytest.raises(SnapshotTooOldError, match=r"keeps versions for only 3600 s.*ALTER DATABASE.*Settings: CS_PLATFORM_START_TIMESTAMP"):
+        with SensorLoop(build_definitions, dagster_instance, bank_stream.sensor) as loop:
+            loop.tick()
+    assert not bank_stream.store.initialized()  # nothing was started
