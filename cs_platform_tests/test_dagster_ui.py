@@ -12,7 +12,6 @@ of the asset page (and the DOM the assertions read) is left in the test's temp d
 
 import os
 import shutil
-import subprocess
 import threading
 import time
 import urllib.request
@@ -26,7 +25,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.dagster_dev import start_dagster_dev
-from cs_platform.dev.deadline import wait_until
+from cs_platform.dev.deadline import run_within, wait_until
 from cs_platform.dev.embedded import embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import stop_process_group
@@ -58,8 +57,8 @@ def render(url: str, profile: Path, screenshot: Path | None = None) -> str:
     args = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--window-size=1400,1000"]
     began = time.monotonic()
     if screenshot:
-        subprocess.run([*args, f"--screenshot={screenshot}", url], check=True, capture_output=True, timeout=120)
-    dom = subprocess.run([*args, "--dump-dom", url], check=True, capture_output=True, text=True, timeout=120).stdout
+        run_within([*args, f"--screenshot={screenshot}", url], 120)
+    dom = run_within([*args, "--dump-dom", url], 120, text=True).stdout
     if screenshot:
         screenshot.with_suffix(".html").write_text(dom)  # what the assertions read, beside what a person sees
     print(f"rendered {url} in {time.monotonic() - began:.1f}s")
