@@ -244,5 +244,8 @@ class SensorLoop:
     def __enter__(self) -> "SensorLoop":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        # Leaving on an error (a wait that timed out, a failed check), the runs in flight are not
+        # waited for: at a load of 8 per core the scaled wait took the rest of a test's time, and
+        # pytest's timeout then hid the error that ended the block.
+        self.close(timeout_s=120 if exc_type is None else 5)
