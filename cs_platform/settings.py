@@ -149,9 +149,8 @@ def _alert_url(text: str) -> str:
     """An address alerts are POSTed to: https, or http only to this machine (a URL such as a Slack
     incoming webhook's is its own credential, so it never crosses a network in clear text)."""
     url = urlsplit(text)
-    if any(c.isspace() for c in text) or not url.hostname or url.scheme not in ("https", "http"):
-        raise ValueError("an https:// URL")
-    if url.scheme == "http" and url.hostname not in LOOPBACK_NAMES:
+    secure = url.scheme == "https" or (url.scheme == "http" and url.hostname in LOOPBACK_NAMES)
+    if any(c.isspace() for c in text) or not url.hostname or not secure:
         raise ValueError("an https:// URL")
     return text
 

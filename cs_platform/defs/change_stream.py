@@ -133,9 +133,9 @@ def detect_partitions(
         start = change_stream.start()
         if start is not None and not store.initialized():  # a new stream's snapshot at T0 must still be readable
             check_retention(change_stream.source_database(), start, f"stream {names.stream}'s snapshot at its start")
-        if store.initialize(change_stream.start(), change_stream.end(), change_stream.heartbeat_millis):
-            start = store.get(INITIAL_PARTITION_TOKEN).start_timestamp
-            context.log.info(f"initialized {store.table} for stream {names.stream} from {start.isoformat()}")
+        if store.initialize(start, change_stream.end(), change_stream.heartbeat_millis):
+            began = store.get(INITIAL_PARTITION_TOKEN).start_timestamp  # the configured start, or now
+            context.log.info(f"initialized {store.table} for stream {names.stream} from {began.isoformat()}")
         # A landing root of another source is refused here, not in every run.
         landing_resource.store(change_stream.source_identity()).bind(names.stream)
 
