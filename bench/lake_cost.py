@@ -341,7 +341,9 @@ def main() -> None:
     parser.add_argument("--only", action="append", choices=SETS, help="run this set only (repeat for several; default: all)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="lake_cost_"))
-    spark = delta_spark_session("lake_cost_bench", "local[2]", jvm_log=work / "spark.log")
+    # SparkMeter reads every job of a cut from Spark's status store: keep Spark's default retention.
+    retained = {"spark.ui.retainedJobs": "1000", "spark.ui.retainedStages": "1000"}
+    spark = delta_spark_session("lake_cost_bench", "local[2]", extra=retained, jvm_log=work / "spark.log")
     try:
         bench = Bench(spark, work)
         sets = args.only or SETS

@@ -183,6 +183,24 @@ def spark(gcs_endpoint):
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _spark_forgets_the_test(request) -> Iterator[None]:
+    """After a test that used the session's Spark: Delta's cache of table logs and every persisted
+    RDD (Delta caches each snapshot's state) are dropped. A test's tables are never read again, but
+    each cached log held its snapshot's state, plans and shuffle outputs: the session's driver grew
+    ~8 MB per lake test after GC and ran out of its 1 GB heap in CI, failing every later test."""
+    yield
+    from cs_platform.lake.spark import REMOTE_SETTING
+
+    if "spark" not in request.fixturenames or os.environ.get(REMOTE_SETTING):
+        return
+    spark = request.getfixturevalue("spark")
+    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+    for rdd in spark.sparkContext._jsc.getPersistentRDDs().values():
+        rdd.unpersist(False)
+    spark.catalog.clearCache()
+
+
 @pytest.fixture
 def dagster_instance():
     """A real Dagster instance (sqlite in a temp dir; DAGSTER_HOME points at it for subprocesses)."""

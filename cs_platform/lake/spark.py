@@ -50,6 +50,15 @@ DELTA_CONF = {
     # The lake's files hold whole rows: on a local disk, readable by the service's user only (Hadoop
     # applies this umask to every file and directory it creates: data, Delta log, checkpoints).
     "spark.hadoop.fs.permissions.umask-mode": "077",
+    # With the UI off nobody reads Spark's status store, but it keeps 1,000 jobs, stages and SQL
+    # executions (plans, metrics, task indices) by default: a long-lived driver (a lake run that
+    # keeps cutting, the test session's) grew ~9 MB per lake test after GC and ran out of its 1 GB
+    # heap in CI, failing every later call. The last few are kept, for what an error message cites.
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "1000",
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.ui.dagGraph.retainedRootRDDs": "50",
 }
 
 
