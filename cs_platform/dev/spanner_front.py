@@ -26,7 +26,10 @@ client's own retries, ``translate_error`` and the reader's resume all meet a rea
   backoff"), or the server running out of memory for a query's result (narrow the query);
 - ``NOT_FOUND`` "Session not found" (https://cloud.google.com/spanner/docs/sessions: a session
   the server deleted; the client creates another and the call is retried);
-- ``ABORTED`` on a read-write transaction's commit (error-codes: "retry the whole transaction");
+- ``ABORTED`` on a read-write transaction's commit (error-codes: "retry the whole transaction"); the
+  front rolls the transaction back at the emulator first, as an aborted transaction holds no locks
+  (spanner.proto, ``Rollback``: "releasing any locks it holds"): the emulator runs one read-write
+  transaction at a time and would abort every retry while the abandoned one lived;
 - stalls and slow links: responses held back, or each delayed.
 
 **Cloud Spanner's partitioning.** A stream may be re-partitioned by key range into many partitions,
@@ -69,7 +72,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Iterator
 
 import grpc
-from google.cloud.spanner_v1.types import CommitRequest, ExecuteSqlRequest, PartialResultSet
+from google.cloud.spanner_v1.types import CommitRequest, ExecuteSqlRequest, PartialResultSet, RollbackRequest
 from google.protobuf import struct_pb2
 
 from cs_platform.changestream.metadata import ONE_MICROSECOND, utc_now
@@ -100,6 +103,7 @@ SPANNER = "/google.spanner.v1.Spanner/"
 # every other method of every service the front forwards is unary.
 STREAMING_METHODS = frozenset({SPANNER + "ExecuteStreamingSql", SPANNER + "StreamingRead", SPANNER + "BatchWrite"})
 COMMIT = SPANNER + "Commit"
+ROLLBACK = SPANNER + "Rollback"
 
 # What Cloud Spanner and gRPC say, for each fault (the client library and translate_error read them).
 MESSAGES = {
@@ -263,12 +267,22 @@ class _Forwarder(grpc.GenericRpcHandler):
         fault = self.faults.due("commit") if method == COMMIT else None
         if fault is not None and fault.code is not None:
             log.info("front: %s", fault.describe())
-            session = CommitRequest.pb().FromString(request).session
-            context.abort(fault.code, _status_message(fault, session))
+            commit = CommitRequest.pb().FromString(request)
+            if fault.code == grpc.StatusCode.ABORTED and commit.transaction_id:
+                self._roll_back(commit, context)
+            context.abort(fault.code, _status_message(fault, commit.session))
         try:
             return upstream(request, **self._call_options(context))
         except grpc.RpcError as e:  # the emulator's own error, passed on as it is
             context.abort(e.code(), e.details())
+
+    def _roll_back(self, commit, context: grpc.ServicerContext) -> None:
+        """End at the emulator the transaction the front aborts (module docstring, ``ABORTED``)."""
+        rollback = RollbackRequest.pb()(session=commit.session, transaction_id=commit.transaction_id)
+        try:
+            self.channel.unary_unary(ROLLBACK)(rollback.SerializeToString(), **self._call_options(context))
+        except grpc.RpcError as e:  # already ended by the emulator: nothing holds its locks
+            log.info("front: rolling back the aborted transaction: %s", e.details())
 
     def _stream(self, method: str, upstream: Callable, request: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
         session = None  # set for a change stream query: the only streaming call faults apply to
