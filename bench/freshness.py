@@ -23,11 +23,11 @@ window: it holds lake runs up while it runs (``bench/lake_cost.py`` prices it).
   (``CS_PLATFORM_REPORT_INTERVAL_SECONDS=0``, what they did before reports): the baseline of the
   storage figures;
 - **mutable**: the defaults on Cloud Spanner's path: reads stream through the Cloud Spanner front
-  (``dev/spanner_front.py``, in this process), which presents the stream as a MUTABLE_KEY_RANGE
-  one (``dev/mutable_key_range.py``): proto records, partitions announced by start records and
+  (``dev/front/server.py``, in this process), which presents the stream as a MUTABLE_KEY_RANGE
+  one (``dev/front/mutable_key_range.py``): proto records, partitions announced by start records and
   ended by end records, queries ending at most 25 minutes ahead;
 - **p48_r16**: a busy Cloud Spanner stream: the front re-partitions the stream into 48 partitions by
-  key range (``dev/key_ranges.py``: a move, a split or an end every 5 s, each transfer spread over
+  key range (``dev/front/key_ranges.py``: a move, a split or an end every 5 s, each transfer spread over
   the partitions that own its keys), read with 16 run slots
   (``CS_PLATFORM_MAX_PARALLEL_READS=16``), so reads rotate; prints ``lag_p95_s_p48_r16``;
 - **p48_r48**: the same stream with a run slot for each partition (48), so reads do not rotate
@@ -71,8 +71,8 @@ from cs_platform.dev.dagster_dev import start_dagster_dev
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
+from cs_platform.dev.front.server import SpannerFront
 from cs_platform.dev.process_group import stop_process_group
-from cs_platform.dev.spanner_front import SpannerFront
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.lake.published import lake_location, latest_cut

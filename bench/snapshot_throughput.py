@@ -32,7 +32,7 @@ from cs_platform.dev.workload import create_database, create_instance
 from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.lake.stream_lake import Lake
-from cs_platform.pipeline import take_snapshot
+from cs_platform.stream.lake_steps import take_snapshot
 
 PROJECT, INSTANCE, DATABASE, STREAM = "bench-project", "bench-instance", "snapshot-bench", "Everything"
 DDL = [

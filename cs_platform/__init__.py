@@ -7,20 +7,14 @@ Packages, from the ground up (an arrow only points down; docs/design.md has the 
 - ``storage``      files under a local directory or ``gs://``
 - ``landing``      what runs read, made durable before a watermark moves
 - ``lake``         PySpark + Delta: changelog, mirrors, history tables, consistent cuts
-- ``defs``         the Dagster definitions, wiring the plain modules below; ``definitions`` the code location
-- ``dev``          the embedded default and the tools of the demo, the tests and the benchmarks
-
-Plain modules the Dagster code wires, each also called by ``make demo``, the tests and the benchmarks:
-
-- ``partition_read``      the body of one read: take, read chunks, land each, persist its watermark
-- ``partition_detection`` one sensor tick: presumed-dead reads, retention, launches (``launches``)
-- ``pipeline``            one stream's lake steps: ingest, cut, snapshot, rebuild, reset
-- ``stream_state``        where a stream stands: its low watermark and its source's identity
-- ``stream_source``       a stream's Spanner side, from plain values or the settings
-- ``cleanup``             what a stream leaves behind, removed in a safe order
-- ``reporting``           how often a live run writes its progress to Dagster
-- ``settings``            every ``CS_PLATFORM_*`` variable: parsed, checked, named in errors
+- ``stream``       one stream's steps as plain functions (a read, a sensor tick, a cut, a cleanup
+                   pass): what the Dagster code wires, and ``make demo``, the tests and the
+                   benchmarks call
+- ``settings``     every ``CS_PLATFORM_*`` variable: parsed, checked, named in errors
 - ``notify``, ``metrics`` alerts' destinations and the Prometheus exporter; ``reset`` starts a stream over
+- ``defs``         the Dagster definitions, wiring ``stream``; ``definitions`` the code location
+- ``dev``          the embedded default, the Cloud Spanner front (``dev.front``) and the other tools
+                   of the demo, the tests and the benchmarks
 """
 
 

@@ -54,7 +54,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionS
 from cs_platform.lake.layout import stream_root
 from cs_platform.lake.published import ingested_landing, lake_location, latest_cut
 from cs_platform.landing.store import LandingStore
-from cs_platform.stream_source import StreamSource
+from cs_platform.stream.source import StreamSource
 
 log = logging.getLogger(__name__)
 

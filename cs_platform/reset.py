@@ -16,9 +16,9 @@ import sys
 from cs_platform import settings
 from cs_platform.lake.layout import stream_root
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import reset_stream
 from cs_platform.settings import naming_settings
-from cs_platform.stream_source import StreamSource
+from cs_platform.stream.lake_steps import reset_stream
+from cs_platform.stream.source import StreamSource
 
 
 def main(argv: list[str] | None = None) -> int:

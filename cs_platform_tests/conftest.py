@@ -30,8 +30,8 @@ from google.cloud.spanner_v1.instance import Instance
 from cs_platform.changestream.connection import SpannerTarget
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.dev.emulator import SpannerEmulator, free_loopback_port
+from cs_platform.dev.front.server import SpannerFront
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
-from cs_platform.dev.spanner_front import SpannerFront
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
 from cs_platform.storage.gcs import EMULATOR_SETTING, GcsAccess
@@ -308,7 +308,7 @@ def alert_receivers(monkeypatch, loopback_tls) -> Iterator[Received]:
 
 @pytest.fixture
 def spanner_front(emulator) -> Iterator[SpannerFront]:
-    """The Cloud Spanner front (``dev/spanner_front.py``) on a free loopback port before the
+    """The Cloud Spanner front (``dev/front/server.py``) on a free loopback port before the
     session's emulator: what a test reads through to take Cloud Spanner's path (streaming reads),
     and where it injects faults."""
     with SpannerFront(emulator.host) as front:

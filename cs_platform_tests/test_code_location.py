@@ -40,5 +40,5 @@ def test_dagster_validates_the_code_location_as_dagster_cloud_yaml_names_it_befo
 
 
 def test_a_plain_module_of_the_package_loads_no_dagster():
-    code = "import sys, cs_platform.changestream.metadata, cs_platform.partition_read; print('dagster' in sys.modules)"
+    code = "import sys, cs_platform.changestream.metadata, cs_platform.stream.partition_read; print('dagster' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.strip() == "False"

@@ -19,7 +19,7 @@ from cs_platform.definitions import build_definitions
 from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.workload import start_after
 from cs_platform.lake.types import utc
-from cs_platform.stream_state import stream_cut
+from cs_platform.stream.state import stream_cut
 
 DDL = [
     """CREATE TABLE `Order` (

@@ -12,9 +12,9 @@ from cs_platform.changestream.errors import SettingsDriftError
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.defs.resources import configured_resources
 from cs_platform.lake.stream_lake import Lake
-from cs_platform.pipeline import advance_lake
 from cs_platform.settings import naming_settings
-from cs_platform.stream_state import source_identity
+from cs_platform.stream.lake_steps import advance_lake
+from cs_platform.stream.state import source_identity
 
 
 def reset(*args: str) -> subprocess.CompletedProcess:

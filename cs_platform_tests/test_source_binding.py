@@ -20,8 +20,8 @@ from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.source import SourceMismatchError
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import advance_lake
-from cs_platform.stream_state import source_identity
+from cs_platform.stream.lake_steps import advance_lake
+from cs_platform.stream.state import source_identity
 
 
 def test_a_second_source_is_refused_by_landing_and_lake_and_nothing_is_dropped(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """Pure reader core for Cloud Spanner change streams (no Dagster, no Spark, no settings).
 
 Modelled on Apache Beam's SpannerIO change-stream connector, one module per responsibility (the
-body of a read, which lands, is ``cs_platform.partition_read``):
+body of a read, which lands, is ``cs_platform.stream.partition_read``):
 
 - ``records``        immutable change records (data, heartbeat, child partitions, partition events)
 - ``values``         Spanner wire values -> Python values, by column type

@@ -139,7 +139,7 @@ def watched_table_shapes(database: Database, stream: str, read_timestamp: dateti
     """Per table ``stream`` watches at ``read_timestamp``, a short digest of its watched columns'
     names and Spanner types as INFORMATION_SCHEMA spells them, lengths left out (no type is mapped,
     so any column reads): it changes when a watched column is dropped, added or retyped, which no
-    change record says (``pipeline``), not when a length or a vector length changes, which the
+    change record says (``lake_steps``), not when a length or a vector length changes, which the
     mirror's types do not hold. Five of :func:`watched_tables`' six reads."""
     return _shapes(database, stream, _read_schema(database, _MEMBERSHIP_VIEWS + ("columns",), read_timestamp, timeout_s))
 

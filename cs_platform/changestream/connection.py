@@ -55,7 +55,7 @@ class SpannerTarget:
     def live_tail(self) -> LiveTail:
         """Stream from Cloud Spanner; poll past windows from the emulator (see ``tail``), unless
         ``read_mode`` says which: an emulator behind a front that streams as Cloud Spanner does
-        (``dev/spanner_front.py``) is read streaming."""
+        (``dev/front/server.py``) is read streaming."""
         if self.read_mode == "auto":
             return POLLING if self.emulator_host else STREAMING
         return STREAMING if self.read_mode == "streaming" else POLLING

@@ -442,7 +442,7 @@ class PartitionMetadataStore:
 
         The initial partition's row stays for the stream's life: it holds the stream's start, end
         and heartbeat (``initialize`` compares what it is given with it) and its creation time is the
-        epoch of the stream's identity (``stream_state.source_identity``).
+        epoch of the stream's identity (``stream.state.source_identity``).
 
         Linear in the table: one snapshot reads the unfinished rows and the old FINISHED ones, then
         deletes by key go in commits of ``batch_rows``. Safe to interrupt and to repeat, because a

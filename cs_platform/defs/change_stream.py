@@ -21,7 +21,6 @@ from dagster import (
     sensor,
 )
 
-from cs_platform import partition_detection
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN
 from cs_platform.changestream.retention import RetentionLevel
 from cs_platform.changestream.table_snapshot import check_retention
@@ -33,9 +32,10 @@ from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import PARTITION_TAG, ask_to_yield, live_runs_by_partition, queued_runs_allowed, seconds_since_progress
-from cs_platform.launches import LaunchPlanner, SensorCursor
-from cs_platform.partition_detection import LiveRead
 from cs_platform.settings import env_name, naming_settings, start_over
+from cs_platform.stream import detection as partition_detection
+from cs_platform.stream.detection import LiveRead
+from cs_platform.stream.launches import LaunchPlanner, SensorCursor
 
 STREAM_TAG = "cs_platform/stream"
 READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
@@ -122,7 +122,7 @@ def detect_partitions(
     change_stream: ChangeStreamResource,
     landing_resource: LandingResource,
 ) -> SensorResult:
-    """The sensor's tick: ``partition_detection.detect_partitions`` decides; this translates
+    """The sensor's tick: ``stream.detection.detect_partitions`` decides; this translates
     Dagster's run records in, and its decisions out (failed runs, run requests, yield tags, logs)."""
     store = change_stream.metadata_store()
     cursor = SensorCursor.load(context.cursor)

@@ -1,5 +1,5 @@
 """Cleanup of one stream as a Dagster asset with its own schedule. The pass and its order are
-``cs_platform.cleanup``; this gives it Dagster's run storage and the resources' settings."""
+``cs_platform.stream.cleanup``; this gives it Dagster's run storage and the resources' settings."""
 
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,11 +14,11 @@ from dagster import (
     asset,
 )
 
-from cs_platform.cleanup import CleanupResult, clean_up
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.runs import ENDED_RUN_STATUSES
 from cs_platform.defs.schedules import scheduled_job
 from cs_platform.settings import naming_settings
+from cs_platform.stream.cleanup import CleanupResult, clean_up
 
 RUNS_PER_PASS = 20_000  # a pass deletes at most this many runs per job; the next pass goes on
 

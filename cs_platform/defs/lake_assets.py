@@ -1,7 +1,7 @@
 """The lake of one change stream in Dagster: changelog (bronze) and mirrors (+ manifest), one step.
 
-Thin: a lake run is ``cs_platform.pipeline.keep_cutting`` and each of its cuts
-``pipeline.advance_lake`` (read the cut, ingest, apply), the calls ``make demo`` and the tests make.
+Thin: a lake run is ``cs_platform.stream.lake_steps.keep_cutting`` and each of its cuts
+``lake_steps.advance_lake`` (read the cut, ingest, apply), the calls ``make demo`` and the tests make.
 Both assets come from that one step, because the cut must be read *before* the landing files are
 listed (DESIGN invariant 2). The lake sensor launches a run whenever none is in flight and the low
 watermark has moved, at most one lake run per stream at a time; that run keeps its Spark session and
@@ -68,14 +68,14 @@ from cs_platform.defs.runs import (
     seconds_since_progress,
     stop_if_presumed_dead,
 )
-from cs_platform.reporting import Cadence, liveness_beat_seconds
 from cs_platform.settings import naming_settings, start_over
-from cs_platform.stream_state import StreamPosition, stream_cut
+from cs_platform.stream.reporting import Cadence, liveness_beat_seconds
+from cs_platform.stream.state import StreamPosition, stream_cut
 
 if TYPE_CHECKING:
     from cs_platform.lake.snapshot import SnapshotResult
     from cs_platform.lake.stream_lake import Lake
-    from cs_platform.pipeline import LakeAdvance
+    from cs_platform.stream.lake_steps import LakeAdvance
 
 LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per stream (tag concurrency limit)
 # Set by the lake sensor: the run keeps cutting for CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS. Without it
@@ -194,7 +194,7 @@ def lake_definitions(
     def lake_step(context: AssetExecutionContext):
         from cs_platform.lake.fence import LakeFencedError
         from cs_platform.lake.stream_lake import IncompleteTransactionsError, UnmappedColumnTypeError, UntypedValueError
-        from cs_platform.pipeline import keep_cutting
+        from cs_platform.stream.lake_steps import keep_cutting
 
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         lake_settings: LakeResource = context.resources.lake
@@ -210,7 +210,7 @@ def lake_definitions(
         beat = liveness_beat_seconds(change_stream.stale_run_seconds)
         # Cuts are recorded once per report interval, each report covering the cuts since the last;
         # at once when a check's outcome changed or a table joined, was reshaped or left
-        # (cs_platform.reporting). The checks' evaluations are recorded on the run's first report,
+        # (cs_platform.stream.reporting). The checks' evaluations are recorded on the run's first report,
         # when an outcome changed, and on its last cut. Every cut is checked all the same, and the
         # blocking check stops the run on the cut that fails it.
         cadence, covered, recorded = Cadence(lake_settings.report_interval_seconds), [], None

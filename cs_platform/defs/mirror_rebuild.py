@@ -1,6 +1,6 @@
 """Mirror rebuilds in Dagster: an asset partitioned by table name, one partition per watched table.
 
-Thin: materializing partition ``T`` is ``cs_platform.pipeline.rebuild_mirrors`` for ``T``: the
+Thin: materializing partition ``T`` is ``cs_platform.stream.lake_steps.rebuild_mirrors`` for ``T``: the
 table read at the lake's latest cut replaces its mirror, and the manifest records the new version at
 that cut. A backfill over several partitions rebuilds several tables; the lake sensor keeps the
 partitions equal to the tables the stream watches, so a table added to the stream
@@ -46,7 +46,7 @@ def mirror_rebuild_definitions(names: ChangeStreamNames, tables: DynamicPartitio
         ),
     )
     def mirror_rebuild(context: AssetExecutionContext) -> MaterializeResult:
-        from cs_platform.pipeline import rebuild_mirrors  # the lake's modules load PySpark: only in this step
+        from cs_platform.stream.lake_steps import rebuild_mirrors  # the lake's modules load PySpark: only in this step
 
         change_stream: ChangeStreamResource = getattr(context.resources, resource_key).validated()
         lake_settings: LakeResource = context.resources.lake

@@ -1,4 +1,4 @@
-"""A per-token run in Dagster: ``partition_read.read_partition`` (take, read, land, persist: the
+"""A per-token run in Dagster: ``stream.partition_read.read_partition`` (take, read, land, persist: the
 body of every read, the order that is the correctness argument), wrapped with what a Dagster run adds.
 
 - It refuses to read beside another live run of its partition, and lands only into its source's
@@ -6,7 +6,7 @@ body of every read, the order that is the correctness argument), wrapped with wh
 - Before each landing it checks it was not presumed dead by the sensor meanwhile (then it stops:
   fencing refuses its watermark anyway, ``runs.stop_if_presumed_dead``) or cancelled (then it drains).
 - After each landing it marks itself alive once per beat and reports its landings once per report
-  interval (``cs_platform.reporting``); it ends early, between two landings, when the sensor asked
+  interval (``cs_platform.stream.reporting``); it ends early, between two landings, when the sensor asked
   it to yield its slot (partitions wait for one) and it has read for yield_after_seconds: reads
   rotate instead of queueing behind soft timeouts.
 - A run asked to end drains: Dagster's termination (its run worker gets SIGINT), a SIGTERM (a
@@ -49,8 +49,8 @@ from cs_platform.defs.runs import (
     stop_if_presumed_dead,
 )
 from cs_platform.landing.store import LandedFile
-from cs_platform.partition_read import read_partition
-from cs_platform.reporting import Cadence, liveness_beat_seconds
+from cs_platform.stream.partition_read import read_partition
+from cs_platform.stream.reporting import Cadence, liveness_beat_seconds
 
 
 def read_and_land(
@@ -66,7 +66,7 @@ def read_and_land(
     totals = ReadTotals()
     reported = ReadTotals()  # the totals at the last report: a report covers what landed since
     # Dagster's storage grows with what a run records, so a run records its landings once per
-    # report interval and marks itself alive once per beat, not at every landing (cs_platform.reporting).
+    # report interval and marks itself alive once per beat, not at every landing (cs_platform.stream.reporting).
     report, alive = Cadence(change_stream.report_interval_seconds), Cadence(liveness_beat_seconds(change_stream.stale_run_seconds))
     started = time.monotonic()
     read: dict = {}  # what the hooks below learn: the partition as taken, the run as last seen

@@ -21,7 +21,6 @@ from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.query import RpcPriority, validate_identifier
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.changestream.values import parse_timestamp
-from cs_platform.cleanup import Retention
 from cs_platform.errors import InvalidArgumentError
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.layout import stream_root
@@ -29,7 +28,8 @@ from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.settings import env_name
 from cs_platform.storage.gcs import GcsAccess, storage_for
-from cs_platform.stream_source import StreamSource, metadata_table_name
+from cs_platform.stream.cleanup import Retention
+from cs_platform.stream.source import StreamSource, metadata_table_name
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -77,7 +77,7 @@ class ChangeStreamResource(ConfigurableResource):
     landing_chunk_mods: int = settings.default("CS_PLATFORM_LANDING_CHUNK_MODS")  # a run lands (and persists its watermark) every this many mods
     landing_interval_seconds: float = settings.default("CS_PLATFORM_LANDING_INTERVAL_SECONDS")  # ... and at least this often
     yield_after_seconds: float = settings.default("CS_PLATFORM_YIELD_AFTER_SECONDS")  # asked to yield its slot (partitions wait), a run ends after reading this long
-    report_interval_seconds: float = settings.default("CS_PLATFORM_REPORT_INTERVAL_SECONDS")  # a run's landings are reported to Dagster at most this often (cs_platform.reporting)
+    report_interval_seconds: float = settings.default("CS_PLATFORM_REPORT_INTERVAL_SECONDS")  # a run's landings are reported to Dagster at most this often (cs_platform.stream.reporting)
 
     _source: StreamSource | None = PrivateAttr(default=None)
 
@@ -104,7 +104,7 @@ class ChangeStreamResource(ConfigurableResource):
         return metadata_table_name(self.stream_name, self.metadata_table)
 
     def source(self) -> StreamSource:
-        """The stream's Spanner side (``cs_platform.stream_source``), connected once per resource instance."""
+        """The stream's Spanner side (``cs_platform.stream.source``), connected once per resource instance."""
         if self._source is None:
             self._source = StreamSource(
                 self.spanner.target(), self.stream_name, self.metadata_table_name, self.metadata_database_id, RpcPriority(self.rpc_priority)
@@ -168,10 +168,10 @@ class LakeResource(ConfigurableResource):
     history_tables: str = settings.default("CS_PLATFORM_HISTORY_TABLES")  # or "all", or table names: see cs_platform.lake.history
     append_inserts: bool = settings.default("CS_PLATFORM_APPEND_INSERTS")  # a mirror that only takes inserts is appended to: see cs_platform.lake.stream_lake
     kept_cuts_seconds: float = settings.default("CS_PLATFORM_LAKE_KEPT_CUTS_SECONDS")  # cuts this recent stay readable; maintenance drops older ones (cs_platform.lake.maintenance)
-    cut_interval_seconds: float = settings.default("CS_PLATFORM_CUT_INTERVAL_SECONDS")  # a lake run cuts at most this often (pipeline.keep_cutting)
+    cut_interval_seconds: float = settings.default("CS_PLATFORM_CUT_INTERVAL_SECONDS")  # a lake run cuts at most this often (lake_steps.keep_cutting)
     lake_soft_timeout_seconds: float = settings.default("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS")  # how long a sensor-launched lake run keeps cutting
     vacuum_margin_seconds: float = settings.default("CS_PLATFORM_LAKE_VACUUM_MARGIN_SECONDS")  # VACUUM spares files removed this long before the oldest kept cut
-    report_interval_seconds: float = settings.default("CS_PLATFORM_REPORT_INTERVAL_SECONDS")  # a lake run's cuts are reported to Dagster at most this often (cs_platform.reporting)
+    report_interval_seconds: float = settings.default("CS_PLATFORM_REPORT_INTERVAL_SECONDS")  # a lake run's cuts are reported to Dagster at most this often (cs_platform.stream.reporting)
 
     def stream_root(self, stream: str) -> str:
         return stream_root(self.root, validate_identifier(stream, "change stream name"))
@@ -200,7 +200,7 @@ class LakeResource(ConfigurableResource):
 
 
 class RetentionResource(ConfigurableResource):
-    """How long cleanup keeps what a stream leaves behind (``cs_platform.cleanup``)."""
+    """How long cleanup keeps what a stream leaves behind (``cs_platform.stream.cleanup``)."""
 
     metadata_retention_seconds: float = settings.default("CS_PLATFORM_METADATA_RETENTION_SECONDS")
     run_retention_seconds: float = settings.default("CS_PLATFORM_RUN_RETENTION_SECONDS")

@@ -5,9 +5,8 @@ in production):
 - servers we start and stop by PID: ``emulator``, ``embedded``, ``gcs_emulator``, ``postgres``,
   ``spark_cluster``, ``spark_connect``, ``dagster_dev``, ``metrics_server``, ``process_group``,
   ``parent_guard``, ``prerequisites``
-- the Cloud Spanner front over the emulator: ``spanner_front`` and the behaviours it imitates
-  (``key_ranges``, ``mutable_key_range``, ``immutable_rows``, ``proto_columns``, ``partial_results``),
-  ``chop_boundary_probe``
+- ``front``: the Cloud Spanner front over the emulator, a package whose docstring is its map;
+  ``chop_boundary_probe``, the emulator's loss the front's streaming avoids
 - drivers and oracles: ``workload`` (the bank), ``oracle``, ``sensor_loop`` (a daemon's loop, without
   one), ``local_runner``, ``cutter``, ``deadline``
 """

@@ -1,5 +1,5 @@
 """A lake run in a thread while a stream is being read, for the demo and tests: it is
-``pipeline.keep_cutting``, exactly what the lake asset runs in a sensor-launched lake run."""
+``lake_steps.keep_cutting``, exactly what the lake asset runs in a sensor-launched lake run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.lake.snapshot import SnapshotResult
 from cs_platform.lake.stream_lake import CutResult, Lake
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import keep_cutting
+from cs_platform.stream.lake_steps import keep_cutting
 
 log = logging.getLogger(__name__)
 

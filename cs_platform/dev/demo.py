@@ -44,7 +44,7 @@ from cs_platform.lake.spark import delta_spark_session, warm_delta
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.types import utc
 from cs_platform.landing.store import LandingStore
-from cs_platform.stream_source import StreamSource
+from cs_platform.stream.source import StreamSource
 
 log = logging.getLogger("cs_platform.demo")
 ACCOUNTS = 20

@@ -1,5 +1,5 @@
 """An in-process driver of one stream, for the reader's tests and benchmarks: initialize, find the
-schedulable partitions, read each in a thread with ``partition_read.read_partition`` (the body of a
+schedulable partitions, read each in a thread with ``stream.partition_read.read_partition`` (the body of a
 Dagster run's read: take, read, land, persist), until every partition is FINISHED. What the partition
 sensor and its runs do, without Dagster. Partitions move CREATED -> SCHEDULED -> RUNNING -> FINISHED;
 a child is picked up only once all its parents are FINISHED.
@@ -16,7 +16,7 @@ from typing import Callable
 
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState
 from cs_platform.changestream.reader import PartitionBatch, PartitionReader
-from cs_platform.partition_read import Landing, read_partition
+from cs_platform.stream.partition_read import Landing, read_partition
 
 
 @dataclass

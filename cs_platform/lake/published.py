@@ -41,7 +41,7 @@ class PublishedCut:
     with the first cut that found it so: such a mirror keeps its last rows, at the version the cut
     names, and no later change reaches it. ``shapes`` holds, per live mirror, the digest of its
     table's watched columns its rows have (``catalog.watched_table_shapes``): a table whose digest
-    at a cut differs was reshaped by DDL, and is read whole at that cut (``pipeline``)."""
+    at a cut differs was reshaped by DDL, and is read whole at that cut (``lake_steps``)."""
 
     cut: datetime
     versions: dict[str, int]

@@ -11,7 +11,7 @@ after. A table's history keeps every version it had: those open at the cut are c
 the rows at the cut open new ones (``history.reseed_history``), in the table's columns at the cut
 (the history keeps the columns the table dropped, and casts those it retyped:
 ``history.evolve_history``). That repairs a drifted mirror, and gives a table added to the stream later
-(``ALTER CHANGE STREAM … SET FOR …``) the rows it had before (``pipeline`` does it at the first cut
+(``ALTER CHANGE STREAM … SET FOR …``) the rows it had before (``lake_steps`` does it at the first cut
 that finds the table watched).
 
 The rows are read by Spark tasks, one per partition Spanner split the read into, all inside one

@@ -237,7 +237,7 @@ class Lake:
     ) -> CutResult:
         """Apply every complete transaction in (the last published cut, ``cut``] to the mirrors and
         publish ``cut``. The changes of the tables in ``snapshot_instead`` are left out: a snapshot
-        read at ``cut`` replaces their mirrors right after (``pipeline``: a table the stream watches
+        read at ``cut`` replaces their mirrors right after (``lake_steps``: a table the stream watches
         since the lake's start), and no published cut holds part of one. The mirrors of the tables
         in ``unwatched`` (the stream watches them no more at ``cut``) take the cut's changes, all
         committed while the stream still watched them, and are recorded frozen from this cut on.

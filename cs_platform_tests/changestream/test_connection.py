@@ -16,7 +16,7 @@ from cs_platform.changestream.catalog import watched_tables
 from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.table_snapshot import plan_snapshot
 from cs_platform.dev.workload import BankWorkload, start_after
-from cs_platform.stream_state import stream_cut
+from cs_platform.stream.state import stream_cut
 
 THREADS = 8
 ROUNDS = 12

@@ -3,7 +3,7 @@ what the reader does with each gRPC status (docs/reader.md, "Errors and retries"
 which recovers lost and repeated nothing.
 
 The expensive part is shared: one bank workload writes for a few seconds while every row's reader
-streams the same range live, side by side, each through a front of its own (``dev/spanner_front.py``)
+streams the same range live, side by side, each through a front of its own (``dev/front/server.py``)
 with its fault injected mid-stream. A fault fires on a response a query has sent, and a query sends
 more than one only while its partition is live: on the suite's emulator, whose partitions end every
 3-6 s, a reader slowed by a loaded machine queries partitions that have already ended, each served
@@ -35,8 +35,8 @@ from cs_platform.changestream.reader import PartitionReader, RetryPolicy
 from cs_platform.changestream.tail import STREAMING
 from cs_platform.dev.deadline import load_per_core
 from cs_platform.dev.emulator import SpannerEmulator
+from cs_platform.dev.front.server import OUT_OF_MEMORY, Fault, SpannerFront
 from cs_platform.dev.local_runner import LocalRunner
-from cs_platform.dev.spanner_front import OUT_OF_MEMORY, Fault, SpannerFront
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, create_database, create_instance
 from cs_platform.errors import TerminalError, TransientError
 from cs_platform_tests.conftest import INSTANCE, PROJECT

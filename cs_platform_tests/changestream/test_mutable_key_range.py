@@ -1,6 +1,6 @@
 """MUTABLE_KEY_RANGE change streams: their proto records mapped field by field, and whole streams
 read through the Cloud Spanner front, which presents the emulator's partitions in that mode
-(``dev/mutable_key_range.py``): announced by start records, ended by end records, key ranges
+(``dev/front/mutable_key_range.py``): announced by start records, ended by end records, key ranges
 moving out of a partition and into its successors by event records, the end timestamp bounded.
 Compared with what the writers committed: nothing lost, nothing repeated, in both dialects."""
 
@@ -36,9 +36,9 @@ from cs_platform.changestream.records import (
 )
 from cs_platform.changestream.tail import STREAMING
 from cs_platform.dev.deadline import load_per_core
+from cs_platform.dev.front.mutable_key_range import END_REQUIRED, END_TOO_FAR
+from cs_platform.dev.front.server import Fault
 from cs_platform.dev.local_runner import LocalRunner
-from cs_platform.dev.mutable_key_range import END_REQUIRED, END_TOO_FAR
-from cs_platform.dev.spanner_front import Fault
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 from cs_platform_tests.changestream.test_postgres import PG_DDL
 from cs_platform_tests.conftest import INSTANCE, PROJECT
@@ -247,7 +247,7 @@ def test_a_mutable_key_range_stream_is_read_whole_through_splits_and_merges(make
 
 @pytest.mark.parametrize("mode", [PartitionMode.MUTABLE_KEY_RANGE, PartitionMode.IMMUTABLE_KEY_RANGE])
 def test_a_stream_re_partitioned_by_key_range_is_read_whole_with_spread_transactions(make_database, spanner_front, monkeypatch, mode):
-    """Cloud Spanner's shape of a busy stream, through the front (``dev/key_ranges.py``): eight
+    """Cloud Spanner's shape of a busy stream, through the front (``dev/front/key_ranges.py``): eight
     partitions that change as the stream goes (MUTABLE_KEY_RANGE: key ranges moving between live
     partitions, partitions announced and ended; IMMUTABLE_KEY_RANGE: partitions splitting and
     merging), and each transaction's changes spread over the partitions that own its keys. Every

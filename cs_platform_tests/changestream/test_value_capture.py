@@ -142,7 +142,7 @@ def test_the_emulator_streams_proto_and_enum_columns_without_their_type_or_value
     """The emulator (1.5.28) accepts a proto bundle and its columns, and a read returns their values,
     but its change stream names such a column's type by its bare name (Cloud Spanner: code PROTO or
     ENUM with proto_type_fqn, google/spanner/v1/type.proto) and sends NULL for every value. So the
-    Cloud Spanner front sends them as Cloud Spanner does (dev/test_proto_columns.py); a lake fed
+    Cloud Spanner front sends them as Cloud Spanner does (dev/front/test_proto_columns.py); a lake fed
     this stream straight stops the cut naming the column (UnmappedColumnTypeError). Asserted so a
     fixed emulator shows up here."""
     meta_db = make_database([])

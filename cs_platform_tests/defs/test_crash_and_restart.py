@@ -38,7 +38,7 @@ from cs_platform.lake.published import manifest_log
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.verify import mirrors_against_source
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import advance_lake
+from cs_platform.stream.lake_steps import advance_lake
 from cs_platform_tests.defs.landing_oracle import ASSET, assert_no_loss, observed_landing_paths, reads
 from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
 from cs_platform_tests.lake.readers import (
@@ -110,7 +110,7 @@ def until_one_not_killed(loop, bank_stream, killed) -> None:
 
 
 # The run killed after a landing reads a MUTABLE_KEY_RANGE stream (DESIGN invariant 12) as Cloud
-# Spanner serves a busy one: the front re-partitions it by key range (dev/key_ranges.py), so its
+# Spanner serves a busy one: the front re-partitions it by key range (dev/front/key_ranges.py), so its
 # partitions are announced by start records and end at end records, key ranges move between live
 # ones, and a killed run held part of transfers whose other part other partitions landed.
 @pytest.mark.parametrize("point, mode", [("before_landing", PartitionMode.IMMUTABLE_KEY_RANGE), ("after_landing", PartitionMode.MUTABLE_KEY_RANGE)])
@@ -286,7 +286,7 @@ def test_a_paused_run_resumed_after_its_relaunch_was_ingested_moves_no_watermark
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
     landing = LandingStore(str(bank_stream.landing_root))
 
-    def cut() -> None:  # what a lake run does at each cut (pipeline.advance_lake)
+    def cut() -> None:  # what a lake run does at each cut (lake_steps.advance_lake)
         assert advance_lake(lake, landing, store, bank_stream.target, "BankStream") is not None
     processes: dict = {}
     with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:

@@ -1,5 +1,5 @@
 """A table added to the stream after its start is mirrored whole by the first cut that watches it,
-with no step of anyone's (``pipeline.stream_membership``: its changes are left out of that cut and
+with no step of anyone's (``lake_steps.stream_membership``: its changes are left out of that cut and
 its rows read at the cut replace its mirror); no published cut holds part of it. A table that leaves
 the stream (dropped under FOR ALL) keeps its mirror as the stream last saw it, recorded frozen in
 every cut from then on; a renamed table is both (the old name frozen, the new one read whole). A
@@ -26,7 +26,7 @@ from cs_platform.lake.history import history_at
 from cs_platform.lake.identifiers import quoted, sql_string
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import UnknownTableError, rebuild_mirrors
+from cs_platform.stream.lake_steps import UnknownTableError, rebuild_mirrors
 from cs_platform_tests.changestream.test_value_capture import cards_bundle
 from cs_platform_tests.lake.readers import check_history_at_cut
 
@@ -108,7 +108,7 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
         + [f"CREATE CHANGE STREAM BankStream FOR {', '.join([*BANK_TABLES, *LEAVING, RESHAPED, NAMED, HANDS])} OPTIONS (value_capture_type = '{CAPTURES[0]}')"],
         "BankStream", proto_descriptors=cards_bundle(),
     )
-    spanner_front.fill_proto_columns(bank_stream.bank.database_id)  # as Cloud Spanner streams them (dev/proto_columns.py)
+    spanner_front.fill_proto_columns(bank_stream.bank.database_id)  # as Cloud Spanner streams them (dev/front/proto_columns.py)
     monkeypatch.setenv("CS_PLATFORM_LAKE_ROOT", str(tmp_path / "lake"))
     # A rebuild reseeds Branches' history; Hands' keeps proto values; Sites' keeps its past through DDL.
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", f"Branches,{HANDS},{RESHAPED}")

@@ -8,8 +8,8 @@ from grpc import StatusCode
 from cs_platform.changestream import metadata
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, utc_now
 from cs_platform.definitions import build_definitions
+from cs_platform.dev.front.server import Fault
 from cs_platform.dev.sensor_loop import SensorLoop
-from cs_platform.dev.spanner_front import Fault
 
 
 def test_a_tick_whose_metadata_transaction_keeps_aborting_fails_alone_and_the_next_tick_initializes(bank_stream, dagster_instance, spanner_front, monkeypatch):

@@ -1,5 +1,5 @@
 """``python -m cs_platform_tests.lake.killed_snapshot HOST PROJECT INSTANCE DATABASE METADATA STREAM LAKE MARKER``:
-the snapshot at the stream's start (``pipeline.start_from_snapshot``), stopping dead after the first
+the snapshot at the stream's start (``lake_steps.start_from_snapshot``), stopping dead after the first
 mirror committed (before the others and the manifest); writes MARKER and waits for SIGKILL."""
 
 import sys
@@ -10,7 +10,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.lake import snapshot
 from cs_platform.lake.spark import delta_spark_session
 from cs_platform.lake.stream_lake import Lake
-from cs_platform.pipeline import start_from_snapshot
+from cs_platform.stream.lake_steps import start_from_snapshot
 from cs_platform_tests.lake.killed import stopping_after
 
 

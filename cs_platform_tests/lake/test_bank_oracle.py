@@ -9,7 +9,7 @@ read by DuckDB at their latest version and filtered at the cut, are the mirrors 
 their validity intervals are bounded by the writer's own commit timestamps.
 
 The stream is read as Cloud Spanner serves a busy MUTABLE_KEY_RANGE stream (DESIGN invariant 12):
-the Cloud Spanner front re-partitions it into eight partitions by key range (``dev/key_ranges.py``),
+the Cloud Spanner front re-partitions it into eight partitions by key range (``dev/front/key_ranges.py``),
 moves key ranges between live partitions while the transfers update those keys, announces and ends
 partitions, and spreads each transfer over the partitions that own its keys; the runs find the mode
 in the options view and read proto records. So every cut also proves a transaction assembled whole

@@ -1,6 +1,6 @@
 """A PostgreSQL-dialect database, end to end, the way Cloud Spanner serves a busy one: a bank's
 MUTABLE_KEY_RANGE stream re-partitioned by the front into partitions whose key ranges move, split
-and end while transfers commit (``dev/key_ranges.py``), each transfer spread over the partitions
+and end while transfers commit (``dev/front/key_ranges.py``), each transfer spread over the partitions
 that own its rows, read streaming (``spanner.read_proto_bytes_``), landed, and cut. Every cut is the
 source read at its timestamp, and no transfer is ever half visible."""
 
@@ -21,7 +21,7 @@ from cs_platform.dev.local_runner import LocalRunner
 from cs_platform.dev.workload import start_after
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import take_snapshot
+from cs_platform.stream.lake_steps import take_snapshot
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 
 STREAM = "bank_stream"

@@ -25,7 +25,7 @@ from cs_platform.dev.workload import BankWorkload, start_after
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.lake.verify import mirrors_against_source
 from cs_platform.landing.store import LandingStore
-from cs_platform.pipeline import start_from_snapshot, take_snapshot
+from cs_platform.stream.lake_steps import start_from_snapshot, take_snapshot
 from cs_platform_tests.changestream.test_value_capture import COLUMNS, DDL, ROW, to_client
 from cs_platform_tests.conftest import INSTANCE, PROJECT
 from cs_platform_tests.lake.readers import check_readers_agree

@@ -258,7 +258,7 @@ def test_a_cut_with_nothing_committed_since_the_last_reads_no_changelog_file(lak
 
 
 def test_a_cut_leaves_out_the_changes_of_tables_a_snapshot_replaces(lake):
-    """``snapshot_instead`` (a table the stream watches since the lake's start, pipeline.stream_membership):
+    """``snapshot_instead`` (a table the stream watches since the lake's start, lake_steps.stream_membership):
     the cut publishes the other tables' changes and no mirror of the left-out table, whose changes
     stay in the changelog; its transaction is no less applied for the other table."""
     lake, store = lake
@@ -276,7 +276,7 @@ def test_a_cut_leaves_out_the_changes_of_tables_a_snapshot_replaces(lake):
 
 
 def test_a_mirror_whose_table_left_the_stream_stays_frozen_until_a_snapshot_replaces_it(lake):
-    """``unwatched`` (the stream watches the table no more, pipeline.stream_membership): the cut
+    """``unwatched`` (the stream watches the table no more, lake_steps.stream_membership): the cut
     still applies the table's changes, all committed while it was watched, and records its mirror
     frozen since that cut; every later cut (an idle one too) carries the mark on, until a snapshot
     replaces the mirror (the table watched again)."""

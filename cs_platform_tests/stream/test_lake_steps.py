@@ -4,8 +4,8 @@
 from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
-from cs_platform import pipeline
-from cs_platform.stream_state import StreamPosition
+from cs_platform.stream import lake_steps
+from cs_platform.stream.state import StreamPosition
 
 T0 = datetime(2026, 11, 26, tzinfo=timezone.utc)
 
@@ -30,12 +30,12 @@ class SimulatedClock:
 def cut_times(monkeypatch, moves_at: list[float], seconds: float, interval: float) -> list[float]:
     """When cuts start, for a watermark that moves at each of ``moves_at`` (simulated seconds)."""
     clock = SimulatedClock()
-    monkeypatch.setattr(pipeline, "time", clock)
+    monkeypatch.setattr(lake_steps, "time", clock)
 
     def stream_position(store):
         return StreamPosition(T0 + timedelta(seconds=sum(1 for m in moves_at if m <= clock.now)), finished=False)
 
-    monkeypatch.setattr(pipeline, "stream_position", stream_position)
+    monkeypatch.setattr(lake_steps, "stream_position", stream_position)
     taken = []
 
     def advance_lake(lake, landing, store, target, stream, position, connect):
@@ -43,8 +43,8 @@ def cut_times(monkeypatch, moves_at: list[float], seconds: float, interval: floa
         clock.now += 0.5  # a cut takes time
         return SimpleNamespace(cut=position.cut)
 
-    monkeypatch.setattr(pipeline, "advance_lake", advance_lake)
-    list(pipeline.keep_cutting(None, None, None, None, "s", seconds, interval, clock))
+    monkeypatch.setattr(lake_steps, "advance_lake", advance_lake)
+    list(lake_steps.keep_cutting(None, None, None, None, "s", seconds, interval, clock))
     return taken
 
 
@@ -72,7 +72,7 @@ def test_stream_membership_names_tables_that_joined_left_were_renamed_or_reshape
     emulator may give a schema change a timestamp past this machine's clock."""
     tables = [f"CREATE TABLE {t} (K INT64 NOT NULL, V STRING(MAX), W INT64) PRIMARY KEY (K)" for t in "ABCEFG"]
     db = make_database([*tables, "CREATE CHANGE STREAM S FOR ALL"])
-    before = pipeline.stream_membership(db, "S", committed_after_ddl(db), live={}).shapes
+    before = lake_steps.stream_membership(db, "S", committed_after_ddl(db), live={}).shapes
     db.update_ddl(
         [
             "DROP TABLE B",
@@ -85,13 +85,13 @@ def test_stream_membership_names_tables_that_joined_left_were_renamed_or_reshape
     ).result(120)
     now = committed_after_ddl(db)
     live = {**before, "A": None}
-    found = pipeline.stream_membership(db, "S", now, live=live)
+    found = lake_steps.stream_membership(db, "S", now, live=live)
     assert (found.joined, found.unwatched, found.reshaped) == (("C2", "D"), ("B", "C"), ("E", "F"))
     assert found.read_whole == ("C2", "D", "E", "F") and found.shapes["A"] == before["A"]
     db.update_ddl(["CREATE TABLE B (K INT64 NOT NULL) PRIMARY KEY (K)"]).result(120)
     live = {t: found.shapes[t] for t in ("A", "C2", "D", "E", "F", "G")}
-    assert pipeline.stream_membership(db, "S", committed_after_ddl(db), live=live).joined == ("B",)
-    after = pipeline.stream_membership(db, "S", now, live=live)
+    assert lake_steps.stream_membership(db, "S", committed_after_ddl(db), live=live).joined == ("B",)
+    after = lake_steps.stream_membership(db, "S", now, live=live)
     assert (after.joined, after.unwatched, after.reshaped) == ((), (), ())
 
 

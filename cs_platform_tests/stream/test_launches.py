@@ -3,7 +3,7 @@
 from datetime import datetime, timedelta, timezone
 
 from cs_platform.changestream.metadata import PartitionMetadata, PartitionState
-from cs_platform.launches import LaunchPlanner, LaunchRecord, SensorCursor
+from cs_platform.stream.launches import LaunchPlanner, LaunchRecord, SensorCursor
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -6,7 +6,7 @@ import pytest
 
 from cs_platform.defs.resources import configured_resources
 from cs_platform.settings import SettingError
-from cs_platform.stream_source import StreamSource
+from cs_platform.stream.source import StreamSource
 
 
 def test_a_script_builds_the_stream_the_resource_builds_from_the_same_settings(bank_stream):

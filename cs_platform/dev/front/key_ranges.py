@@ -35,7 +35,7 @@ that over what the emulator committed:
   field, and every mod, is the emulator's.
 
 The emulator's own partitions are read underneath in settled windows (the front's streaming, see
-``spanner_front.py``), once for all partitions of the stream, as far as any query needs: a stream of
+``server.py``), once for all partitions of the stream, as far as any query needs: a stream of
 200 partitions costs the emulator what one of two or three does.
 """
 
@@ -58,8 +58,8 @@ from google.cloud.spanner_v1.types import ChangeStreamRecord
 from cs_platform.changestream.metadata import ONE_MICROSECOND
 from cs_platform.changestream.query import PartitionMode
 from cs_platform.changestream.records import ChangeRecord, ChildPartitionsRecord, DataChangeRecord
-from cs_platform.dev.immutable_rows import child_partitions_document, data_change_document, heartbeat_document
-from cs_platform.dev.mutable_key_range import data_change_message, end_message, event_message, heartbeat_message, start_message
+from cs_platform.dev.front.immutable_rows import child_partitions_document, data_change_document, heartbeat_document
+from cs_platform.dev.front.mutable_key_range import data_change_message, end_message, event_message, heartbeat_message, start_message
 
 _CSR = ChangeStreamRecord.pb()
 # A record's place among those of one timestamp in one partition: data first (a change at ``t``

@@ -1,6 +1,6 @@
-"""When a live run writes its progress to Dagster (``cs_platform.reporting``)."""
+"""When a live run writes its progress to Dagster (``cs_platform.stream.reporting``)."""
 
-from cs_platform.reporting import Cadence, liveness_beat_seconds
+from cs_platform.stream.reporting import Cadence, liveness_beat_seconds
 
 
 def cadence_at(every_s: float) -> tuple[Cadence, list[float]]:

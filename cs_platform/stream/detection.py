@@ -21,7 +21,7 @@ from typing import Callable, Iterable
 
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.retention import RetentionWatch, watch_retention
-from cs_platform.launches import LaunchPlan, LaunchPlanner, LaunchRecord
+from cs_platform.stream.launches import LaunchPlan, LaunchPlanner, LaunchRecord
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Where a stream stands, from its metadata table alone: its cut and its source identity.
 
 No Spark here: the partition sensor, reader runs, checks and cleanup need these, and a reader run
-loads nothing of PySpark or Delta (``cs_platform.pipeline`` builds the lake from them).
+loads nothing of PySpark or Delta (``cs_platform.stream.lake_steps`` builds the lake from them).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore, PartitionState, utc_now
-from cs_platform.launches import LaunchPlanner
-from cs_platform.partition_detection import LiveRead, detect_partitions, presumed_dead
+from cs_platform.stream.detection import LiveRead, detect_partitions, presumed_dead
+from cs_platform.stream.launches import LaunchPlanner
 
 STALE = 60.0
 PLANNER = LaunchPlanner(max_parallel=4, retry_backoff_s=5)

@@ -1,4 +1,4 @@
-"""The Cloud Spanner front streams a proto bundle's columns as Cloud Spanner does (``dev/proto_columns.py``):
+"""The Cloud Spanner front streams a proto bundle's columns as Cloud Spanner does (``dev/front/proto_columns.py``):
 each change record types them PROTO or ENUM with their ``proto_type_fqn`` and carries their values
 (google/spanner/v1/type.proto: a message base64-encoded, an enum's number in decimal), old values
 included, under every value capture type; ``INFORMATION_SCHEMA.COLUMNS.SPANNER_TYPE`` spells them

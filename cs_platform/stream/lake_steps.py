@@ -45,7 +45,7 @@ from cs_platform.lake.stream_lake import CutResult, Lake
 from cs_platform.landing.source import SourceIdentity
 from cs_platform.landing.store import LandingStore
 from cs_platform.storage.location import Location
-from cs_platform.stream_state import StreamPosition, source_identity, stream_position
+from cs_platform.stream.state import StreamPosition, source_identity, stream_position
 
 # How often a lake run waiting for the watermark to move reads it (a cut still comes at most every
 # CS_PLATFORM_CUT_INTERVAL_SECONDS): a partition's first landing after a split or a merge, which

@@ -21,7 +21,7 @@ from cs_platform.changestream.metadata import PartitionMetadataStore
 from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority, validate_identifier
 from cs_platform.changestream.reader import PartitionReader
 from cs_platform.landing.source import SourceIdentity
-from cs_platform.stream_state import source_identity
+from cs_platform.stream.state import source_identity
 
 
 class StreamSource:

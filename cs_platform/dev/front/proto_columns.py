@@ -39,7 +39,7 @@ from google.protobuf import json_format, struct_pb2
 
 from cs_platform.changestream.metadata import ONE_MICROSECOND
 from cs_platform.changestream.values import format_timestamp, parse_timestamp
-from cs_platform.dev.partial_results import complete_values
+from cs_platform.dev.front.partial_results import complete_values
 
 _BACKQUOTED = re.compile(r"`([^`]+)`")
 _SPANNER_TYPE = "spanner_type"

@@ -7,8 +7,8 @@ from datetime import datetime, timedelta
 
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore, utc_now
 from cs_platform.changestream.records import ChildPartition, ChildPartitionsRecord
-from cs_platform.cleanup import Retention, clean_up
 from cs_platform.landing.store import LandingStore
+from cs_platform.stream.cleanup import Retention, clean_up
 
 NOW = timedelta(0)
 
