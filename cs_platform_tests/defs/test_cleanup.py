@@ -61,7 +61,8 @@ def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_
 
     with SensorLoop(build_definitions, dagster_instance, bank_stream.sensor) as loop:
         loop.run_until(some_finished_and_landed, timeout_s=120, drain=False)
-        first = materialize(cut_step, resources=defs.resources, instance=dagster_instance)  # ingests what landed so far
+        # Ingests what landed so far; the reads go on meanwhile.
+        first = loop.run_beside(lambda: materialize(cut_step, resources=defs.resources, instance=dagster_instance), timeout_s=300)
         loop.run_until(lambda: bool(unread()), timeout_s=120, drain=False)  # and more lands after it
         stop.set()
         loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=120, drain=False)

@@ -141,7 +141,8 @@ class Fault:
     ``code`` None with ``delay_s``: a stall (the call pauses ``delay_s`` after ``after_responses``
     responses, then goes on) or, with ``each=True``, a slow link (every response ``delay_s`` late).
     Otherwise the call ends with ``code`` after ``after_responses`` responses have reached the client
-    (0: before any), with ``message`` or Cloud Spanner's for that code."""
+    (0: before any; a query that ends with exactly that many ends with ``code`` instead of OK), with
+    ``message`` or Cloud Spanner's for that code."""
 
     code: grpc.StatusCode | None = None
     after_responses: int = 0
@@ -394,6 +395,13 @@ class _Forwarder(grpc.GenericRpcHandler):
                     time.sleep(fault.delay_s)  # a slow link, or a stall
                 yield response
                 sent += 1
+            # A query that ends having sent as many responses as a waiting fault names ends with
+            # its code, not OK (a link that drops after the last response): on a loaded machine a
+            # partition's query is often answered whole in one or two responses, and a fault
+            # placed only between responses never fired.
+            fault = fault or (self.faults.due("query", sent) if session is not None else None)
+            if fault is not None and fault.code is not None:
+                self._fail(fault, session, call, context)
         except grpc.RpcError as e:
             if e.code() is not grpc.StatusCode.CANCELLED or context.is_active():
                 context.abort(e.code(), e.details())
