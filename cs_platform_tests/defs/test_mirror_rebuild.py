@@ -19,7 +19,9 @@ import pytest
 from dagster import AssetKey, build_sensor_context, materialize
 from google.cloud.spanner_v1 import KeySet
 
+from cs_platform.changestream.metadata import utc_now
 from cs_platform.definitions import build_definitions
+from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.workload import BANK_TABLES, BANK_TABLES_DDL
 from cs_platform.lake.cli import main as lake_cli
 from cs_platform.lake.history import history_at
@@ -118,6 +120,10 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
             batch.insert(table, BRANCHES, [[i, f"city-{i}", i] for i in range(30)])
         batch.insert(NAMED, NAMED_COLUMNS, [[i, f"named-{i}", i, [i / 2, -i / 4]] for i in range(10)])
         batch.insert(HANDS, HANDS_COLUMNS, [hands_row(i, 1) for i in range(8)])
+    # The stream starts at this machine's clock, after these rows: the emulator, loaded, handed this
+    # commit a timestamp later than the clock read right after it returned (seen twice: the
+    # snapshot at the start read every table empty).
+    wait_until(lambda: utc_now() > batch.committed, 60, "the clock passing the rows' commit timestamp", poll_s=0.05)
 
     def capture(value_capture_type: str) -> str:
         return f"ALTER CHANGE STREAM BankStream SET OPTIONS (value_capture_type = '{value_capture_type}')"
