@@ -188,7 +188,7 @@ def _spark_forgets_the_test(request) -> Iterator[None]:
     """After a test that used the session's Spark: Delta's cache of table logs and every persisted
     RDD (Delta caches each snapshot's state) are dropped. A test's tables are never read again, but
     each cached log held its snapshot's state, plans and shuffle outputs: the session's driver grew
-    ~8 MB per lake test after GC and ran out of its 1 GB heap in CI, failing every later test."""
+    8-10 MB per lake test after GC and ran out of its 1 GB heap in CI, failing every later test."""
     yield
     from cs_platform.lake.spark import REMOTE_SETTING
 

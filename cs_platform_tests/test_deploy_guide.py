@@ -13,6 +13,7 @@ import subprocess
 import sys
 import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -29,6 +30,7 @@ from cs_platform.dev.workload import BANK_TABLES_DDL, create_database, create_in
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "deploy.md"
+SECRETS = {name for name, s in settings.SETTINGS.items() if s.secret}
 BLOCK = re.compile(r"<!-- run by the tests: (?P<name>[^>]+?) -->\n```(?P<kind>\w+)\n(?P<text>.*?)```", re.DOTALL)
 
 
@@ -79,8 +81,7 @@ def test_the_deploy_guide_runs_as_written_on_the_local_stand_ins(spanner_gateway
     home = tmp_path / "dagster_home"
     home.mkdir()
     with gcs_emulator(tmp_path / "gcs", buckets=()) as gcs, postgres_server(tmp_path, "dagster") as postgres:
-        url = postgres.rsplit("@", 1)[1]
-        pg_host, pg_port = url.split("/", 1)[0].split(":")
+        server = urlsplit(postgres)
         env = {
             **base, **names,
             # gcloud against the stand-ins, without credentials
@@ -88,8 +89,8 @@ def test_the_deploy_guide_runs_as_written_on_the_local_stand_ins(spanner_gateway
             "CLOUDSDK_API_ENDPOINT_OVERRIDES_SPANNER": rest_endpoint, "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": f"{gcs}/storage/v1/",
             # the project's clients against the same stand-ins
             "SPANNER_EMULATOR_HOST": grpc_host, "STORAGE_EMULATOR_HOST": gcs,
-            "DAGSTER_HOME": str(home), "DAGSTER_PG_HOST": pg_host, "DAGSTER_PG_PORT": pg_port, "DAGSTER_PG_USER": "postgres",
-            "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_DB": "dagster",
+            "DAGSTER_HOME": str(home), "DAGSTER_PG_HOST": server.hostname, "DAGSTER_PG_PORT": str(server.port),
+            "DAGSTER_PG_USER": server.username, "DAGSTER_PG_PASSWORD": "", "DAGSTER_PG_DB": server.path.lstrip("/"),
         }
         bash(guide["spanner"] + guide["bucket"], env)
         stream = names["STREAM"]
@@ -109,11 +110,11 @@ def test_the_deploy_guide_runs_as_written_on_the_local_stand_ins(spanner_gateway
 
         # The settings of step 5 and the alerts' of step 8, loaded as Dagster loads the code location.
         env = exported(guide["settings"] + guide["alerts"], env)
-        assert not {name for name, s in settings.SETTINGS.items() if s.secret} & set(env), "a secret in the ConfigMap's settings"
+        assert not SECRETS & set(env), "a secret in the ConfigMap's settings"
         bash(guide["validate"], env)
 
         (home / "dagster.yaml").write_text(guide["dagster.yaml"])
-        for key in ("DAGSTER_HOME", "DAGSTER_PG_HOST", "DAGSTER_PG_PORT", "DAGSTER_PG_USER", "DAGSTER_PG_PASSWORD", "DAGSTER_PG_DB"):
+        for key in [k for k in env if k.startswith("DAGSTER_")]:
             monkeypatch.setenv(key, env[key])  # this process reads the instance too
         _services_start(guide["services"], env, tmp_path)
 
@@ -122,7 +123,7 @@ def test_the_deploy_guide_runs_as_written_on_the_local_stand_ins(spanner_gateway
         [secret] = [s["name"] for s in deployment["envSecrets"]]
         text = GUIDE.read_text()
         held = set(re.findall(r"CS_PLATFORM_[A-Z_]+", text[text.index(f"the Secret `{secret}` holds") :].split("\n\n")[0]))
-        assert held == {name for name, s in settings.SETTINGS.items() if s.secret}
+        assert held == SECRETS
         [workspace] = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
         assert deployment["dagsterApiGrpcArgs"] == ["--module-name", workspace["python_module"]["module_name"]]
 

@@ -216,10 +216,13 @@ class SensorLoop:
         a lake run cuts; its result (or its error). A lake step run between ticks instead stopped
         the reads for as long as it took (8 minutes at a load of 8 per core), and the partitions
         created meanwhile were then read one generation at a time, minutes behind."""
-        with ThreadPoolExecutor(1, "beside-the-loop") as pool:
+        pool = ThreadPoolExecutor(1, "beside-the-loop")
+        try:
             done = pool.submit(work)
             self.run_until(done.done, timeout_s, drain=False)
             return done.result()
+        finally:
+            pool.shutdown(wait=False)  # past the deadline, the TimeoutError, not a wait for the work
 
     def run_for(self, seconds: float) -> None:
         """Tick for ``seconds``, then stop launching and let the runs in flight finish."""

@@ -51,9 +51,10 @@ DELTA_CONF = {
     # applies this umask to every file and directory it creates: data, Delta log, checkpoints).
     "spark.hadoop.fs.permissions.umask-mode": "077",
     # With the UI off nobody reads Spark's status store, but it keeps 1,000 jobs, stages and SQL
-    # executions (plans, metrics, task indices) by default: a long-lived driver (a lake run that
-    # keeps cutting, the test session's) grew ~9 MB per lake test after GC and ran out of its 1 GB
-    # heap in CI, failing every later call. The last few are kept, for what an error message cites.
+    # executions (plans, metrics, task indices) by default, in the heap of a driver that lives
+    # long (a lake run that keeps cutting). The test session's driver ran out of its 1 GB heap in
+    # CI; most of its growth was Delta's cached table logs (the tests drop them), this the rest.
+    # The last few are kept, for what an error message cites.
     "spark.ui.retainedJobs": "50",
     "spark.ui.retainedStages": "50",
     "spark.ui.retainedTasks": "1000",
