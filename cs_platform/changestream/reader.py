@@ -140,6 +140,16 @@ class PartitionBatch:
         return {r.server_transaction_id for r in self.records}
 
 
+def narrowed_window(failed: timedelta) -> timedelta | None:
+    """After a window whose result the server could not hold: half of it, never less than
+    ``MIN_WINDOW``; None once a window of ``MIN_WINDOW`` or less failed (nothing narrower is
+    tried). A failure in the last 200 ms of a query's window (a loaded reader's query that reached
+    its end late) is so tried again in a window of ``MIN_WINDOW``, not taken for a narrow one."""
+    if failed <= MIN_WINDOW:
+        return None
+    return max(failed / 2, MIN_WINDOW)
+
+
 @dataclass
 class _Progress:
     """Mutable state of one read; survives retries. Counters are per chunk (reset when one is taken)."""
@@ -400,10 +410,10 @@ class PartitionReader:
     def _narrower(
         self, partition: PartitionMetadata, progress: _Progress, query_start: datetime, window_end: datetime, error: ResultTooLargeError
     ) -> timedelta:
-        """Half the window that failed: the records before the failure up to the watermark stay."""
+        """The window to read on in (``narrowed_window``); the records before the failure up to the watermark stay."""
         progress.drop_unsafe_records()
-        span = (window_end - max(query_start, progress.watermark + ONE_MICROSECOND)) / 2
-        if span < MIN_WINDOW:
+        span = narrowed_window(window_end - max(query_start, progress.watermark + ONE_MICROSECOND))
+        if span is None:
             raise error
         log.info("[%s] the server could not hold the query's result; reading on in windows of %s", partition.key, span)
         return span

@@ -21,7 +21,7 @@ from cs_platform.changestream.errors import (
 )
 from cs_platform.changestream.metadata import ONE_MICROSECOND, PartitionMetadataStore, PartitionState, utc_now
 from cs_platform.changestream.query import ChangeStreamQuery, RpcPriority
-from cs_platform.changestream.reader import PartitionReader, RetryPolicy, _Progress
+from cs_platform.changestream.reader import MIN_WINDOW, PartitionReader, RetryPolicy, _Progress, narrowed_window
 from cs_platform.changestream.tail import POLLING, STREAMING
 from cs_platform.dev.workload import BANK_TABLES_DDL, BankWorkload, bank_stream_ddl, key_json
 from cs_platform.errors import TerminalError
@@ -286,6 +286,19 @@ def test_each_huge_transaction_counts_its_pieces_from_its_own_first_mod():
     assert progress.watermark == t2 - ONE_MICROSECOND and progress.chunk_start == t2
 
 
+def test_a_window_too_large_for_the_server_is_halved_down_to_the_narrowest_and_only_that_one_failing_is_an_error():
+    ms = timedelta(milliseconds=1)
+    assert narrowed_window(1000 * ms) == 500 * ms
+    # The last 150 ms of a query's window failed: tried again in 100 ms, not given up on (a
+    # loaded reader of the fault tests reached its window's end late and stopped there).
+    assert narrowed_window(150 * ms) == MIN_WINDOW == 100 * ms
+    assert narrowed_window(MIN_WINDOW) is None and narrowed_window(50 * ms) is None
+    windows, failed = [], 8000 * ms  # every window fails: halved down to 100 ms, then the error
+    while (failed := narrowed_window(failed)) is not None:
+        windows.append(failed)
+    assert windows[-1] == MIN_WINDOW and windows[-2] == 125 * ms and len(windows) == 7
+
+
 @pytest.mark.parametrize("tail", [STREAMING, POLLING], ids=["streaming", "polling"])
 def test_a_live_read_lands_at_every_interval_with_or_without_data(bank, metadata_database, tail):
     reader, store = make_reader(bank, metadata_database, tail=tail)
@@ -297,7 +310,7 @@ def test_a_live_read_lands_at_every_interval_with_or_without_data(bank, metadata
     writer.start()
     try:
         children = store.schedulable()
-        # Side by side, live: a partition lives 3-6 s on this emulator, and the read follows it.
+        # Side by side, live: a partition lives 6-12 s on this emulator, and the read follows it.
         with ThreadPoolExecutor(len(children)) as pool:
             running = {
                 c.token: pool.submit(lambda c=c: list(reader.read_chunks(c, timedelta(seconds=30), None, timedelta(seconds=0.5))))
@@ -347,7 +360,7 @@ def test_a_drained_read_hands_out_what_it_read_and_a_re_read_goes_on_from_its_wa
         drain.set()
 
     try:
-        for _ in range(10):  # a partition lives 3-6 s here: one that ends before the drain is no test of it
+        for _ in range(10):  # a partition lives 6-12 s here: one that ends before the drain is no test of it
             child = store.schedulable()[0]
             drain, chunks = threading.Event(), []
             for chunk in reader.read_chunks(child, timedelta(seconds=30), None, timedelta(seconds=60), stop=drain):
