@@ -6,7 +6,7 @@ The expensive part is shared: one bank workload writes for a few seconds while e
 streams the same range live, side by side, each through a front of its own (``dev/front/server.py``)
 with its fault injected mid-stream. A fault fires on a response a query has sent, and a query sends
 more than one only while its partition is live: on the suite's emulator, whose partitions end every
-3-6 s, a reader slowed by a loaded machine queries partitions that have already ended, each served
+6-12 s, a reader slowed by a loaded machine queries partitions that have already ended, each served
 whole in one response, and no mid-stream fault ever fires. So the module has an emulator of its own
 whose partitions do not churn (churn is not what it tests). Should a read still end first, a row whose faults have not all
 fired (or none of whose queries was streamed) when its range ends reads another range, from then on, live,

@@ -385,7 +385,7 @@ class _Forwarder(grpc.GenericRpcHandler):
 
     def _faulty(self, responses: Iterator[bytes], session: str | None, call, context: grpc.ServicerContext) -> Iterator[bytes]:
         """Pass ``responses`` on, failing or delaying them as a due fault says (change stream queries only)."""
-        sent, fault = 0, None
+        sent, fault, final = 0, None, None
         try:
             for response in responses:
                 fault = fault or (self.faults.due("query", sent) if session is not None else None)
@@ -394,12 +394,17 @@ class _Forwarder(grpc.GenericRpcHandler):
                 if fault is not None and (fault.each or sent == fault.after_responses):
                     time.sleep(fault.delay_s)  # a slow link, or a stall
                 yield response
-                sent += 1
+                sent, final = sent + 1, response
             # A query that ends having sent as many responses as a waiting fault names ends with
             # its code, not OK (a link that drops after the last response): on a loaded machine a
             # partition's query is often answered whole in one or two responses, and a fault
-            # placed only between responses never fired.
-            fault = fault or (self.faults.due("query", sent) if session is not None else None)
+            # placed only between responses never fired. Not after a response marked ``last``
+            # (PartialResultSet.last, googleapis spanner/v1/result_set.proto): the client library
+            # stops reading there (spanner_v1/streamed.py) and never sees the status, so such a
+            # fault would count as fired and change nothing; it waits for the next query.
+            if session is None or (final is not None and PartialResultSet.pb().FromString(final).last):
+                return  # not a change stream query: no fault applies, and its last response is not parsed
+            fault = fault or self.faults.due("query", sent)
             if fault is not None and fault.code is not None:
                 self._fail(fault, session, call, context)
         except grpc.RpcError as e:
