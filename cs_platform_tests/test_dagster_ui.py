@@ -6,18 +6,17 @@ the partition sensor's reader runs, and the lake sensor's lake runs, with nobody
 must advance on its own: one long-lived lake run applies cut after cut (each a consistent bank; the
 production stack's test watches it longer), and its run page shows each cut, as a reader run's page
 shows each landing. The webserver must show the assets, sensors, dynamic partitions, run history,
-the mirrors' freshness policy and the checks' descriptions, with no dialog over them. A screenshot
-of the asset page (and the DOM the assertions read) is left in the test's temp directory (never in git).
+the mirrors' freshness policy and the checks' descriptions, with no dialog over them. Each page is
+awaited until it shows what the test checks (:mod:`cs_platform_tests.chromium`); its screenshot and
+the DOM the assertions read are left in the test's temp directory (never in git).
 """
 
 import os
-import shutil
 import threading
 import time
 import urllib.request
 from collections import Counter
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
@@ -25,7 +24,7 @@ from dagster import AssetKey, DagsterInstance, DagsterRunStatus, RunsFilter
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.defs.lake_assets import CHECKS
 from cs_platform.dev.dagster_dev import start_dagster_dev
-from cs_platform.dev.deadline import run_within, wait_until
+from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import stop_process_group
@@ -33,36 +32,7 @@ from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.engines import CutTables, read_arrow
 from cs_platform.lake.published import lake_location, published_cuts
-
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if not found:
-        pytest.fail("Chromium is needed for the UI check: install it with 'apt-get install chromium' (.ci/run does)")
-    return found
-
-
-def render(url: str, profile: Path, screenshot: Path | None = None) -> str:
-    args = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=20000", "--window-size=1400,1000"]
-    began = time.monotonic()
-    if screenshot:
-        run_within([*args, f"--screenshot={screenshot}", url], 120)
-    dom = run_within([*args, "--dump-dom", url], 120, text=True).stdout
-    if screenshot:
-        screenshot.with_suffix(".html").write_text(dom)  # what the assertions read, beside what a person sees
-    print(f"rendered {url} in {time.monotonic() - began:.1f}s")
-    return dom
+from cs_platform_tests.chromium import HeadlessChromium
 
 
 def cuts_by_run(instance: DagsterInstance) -> Counter:
@@ -94,9 +64,12 @@ def serving(url: str) -> bool:
 @pytest.mark.heavy
 @pytest.mark.xdist_group("processes")
 def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark_connect_remote):
-    # What `make dev` runs: its own emulator (partitions churn every 20 s), the bank, its dagster.yaml,
-    # and a Spark Connect server for the lake runs (the session's, as make dev starts one).
-    with embedded_bank(tmp_path, partition_alive_seconds=20) as bank:
+    # What `make dev` runs: its own emulator, the bank, its dagster.yaml, and a Spark Connect server
+    # for the lake runs (the session's, as make dev starts one). Its partitions live 60 s, not make
+    # dev's 20: a reader run must land twice for its page to show each landing, and at a load of 8 per
+    # core the daemon's launches came 20 s late, so every run read a partition that had already ended,
+    # landed once, and the test waited 20 minutes (a lake run cutting all along) for a run that never came.
+    with embedded_bank(tmp_path, partition_alive_seconds=60) as bank:
         start = utc_now()
         os.environ.update(
             CS_PLATFORM_SPARK_REMOTE=spark_connect_remote, CS_PLATFORM_START_TIMESTAMP=start.isoformat(), **DEV_SETTINGS,
@@ -131,13 +104,15 @@ def check_dagster_dev(tmp_path, stop_writing: threading.Event):
             succeeded = RunsFilter(job_name="bank_stream_read_partition", statuses=[DagsterRunStatus.SUCCESS])
             wait_until(lambda: instance.get_runs_count(succeeded) >= 3, 240, "three sensor-launched runs")
             print(f"three reader runs done {time.monotonic() - started:.0f} s after dagster dev started")
-            keys = instance.get_dynamic_partitions("bank_stream_partitions")
             # The lake advances by itself: one long-lived lake run of the lake sensor applies cut after cut.
             wait_until(lambda: busiest(cuts_by_run(instance), 3), 240, "a lake run of the lake sensor applying three cuts")
             lake_run = busiest(cuts_by_run(instance), 3)
             print(f"3 cuts applied by lake run {lake_run} {time.monotonic() - started:.0f} s after dagster dev started")
             wait_until(lambda: busiest(landings_by_run(instance), 2), 120, "a reader run landing twice")
             reader_run = busiest(landings_by_run(instance), 2)
+            # The stream churned: the initial partition ended and its children were added.
+            wait_until(lambda: len(instance.get_dynamic_partitions("bank_stream_partitions")) >= 3, 120, "the initial partition's children")
+            keys = instance.get_dynamic_partitions("bank_stream_partitions")
             lake_runs = instance.get_run_records(RunsFilter(job_name="bank_stream_lake"))
             durations = sorted(r.end_time - r.start_time for r in lake_runs if r.end_time and r.start_time)
             print(f"lake runs: {len(lake_runs)}, run seconds {[round(d) for d in durations]}")
@@ -156,33 +131,26 @@ def check_dagster_dev(tmp_path, stop_writing: threading.Event):
             assert sum(balances) == INITIAL_BALANCE * len(balances), f"cut {cut.cut} is not a consistent bank"
         assert balances, "the last cut has no accounts"
 
-        profile = tmp_path / "chromium"
-        asset_page = render(f"{base}/assets/bank_stream/landed_changes", profile, tmp_path / "asset.png")
-        assert "landed_changes" in asset_page and "bank_stream" in asset_page
-        partitions_page = render(f"{base}/assets/bank_stream/landed_changes?view=partitions", profile)
-        assert "initial" in partitions_page and keys[1] in partitions_page
-        automation_page = render(f"{base}/automation", profile)
-        assert "bank_stream_partition_sensor" in automation_page
-        runs_page = render(f"{base}/runs", profile)
-        assert "bank_stream_read_partition" in runs_page and "Success" in runs_page
-        # One lake run, several published cuts; one reader run, several landings: each on its run's page.
-        # (The long-lived lake run started before most reader runs: the runs list may page it away.)
-        lake_run_page = render(f"{base}/runs/{lake_run}", profile)
-        assert "bank_stream_lake" in lake_run_page
-        assert lake_run_page.count("Materialized value") >= 2 * 3, "the lake run's page shows three cuts of changelog and mirrors"
-        reader_run_page = render(f"{base}/runs/{reader_run}", profile)
-        assert reader_run_page.count('data-tooltip="ASSET_OBSERVATION"') >= 2, "the reader run's page shows two landings"
-        assert "Join the Dagster community" not in asset_page + lake_run_page, "a dialog covers the page"
-        mirrors_page = render(f"{base}/assets/bank_stream/mirrors", profile)
-        assert "Freshness" in mirrors_page
-        checks_page = render(f"{base}/assets/bank_stream/mirrors?view=checks", profile)
-        assert f"Checks ({len(CHECKS)})" in checks_page
-        # The list middle-truncates long names on screen; each row's title holds the whole name.
-        missing = [name for name in CHECKS if f'title="{name}"' not in checks_page]
-        assert not missing, f"the checks page lists no row for {missing}"
-        first = sorted(CHECKS)[0]  # the page opens on the first check, with its description
-        assert first in checks_page and CHECKS[first][:60] in checks_page
-        print(f"UI checked; screenshot at {tmp_path / 'asset.png'}")
+        first = sorted(CHECKS)[0]  # the checks page opens on the first check, with its description
+        with HeadlessChromium(tmp_path / "ui") as browser:
+            asset_page = browser.show(f"{base}/assets/bank_stream/landed_changes", lambda dom: "landed_changes" in dom and "bank_stream" in dom,
+                                      "the landed changes asset", "asset")
+            browser.show(f"{base}/assets/bank_stream/landed_changes?view=partitions", lambda dom: "initial" in dom and keys[1] in dom,
+                         "the initial partition and a child", "partitions")
+            browser.show(f"{base}/automation", lambda dom: "bank_stream_partition_sensor" in dom, "the partition sensor", "automation")
+            browser.show(f"{base}/runs", lambda dom: "bank_stream_read_partition" in dom and "Success" in dom, "a reader run that succeeded", "runs")
+            # One lake run, several published cuts; one reader run, several landings: each on its run's page.
+            # (The long-lived lake run started before most reader runs: the runs list may page it away.)
+            lake_run_page = browser.show(f"{base}/runs/{lake_run}", lambda dom: "bank_stream_lake" in dom and dom.count("Materialized value") >= 2 * 3,
+                                         "three cuts of changelog and mirrors", "lake_run")
+            browser.show(f"{base}/runs/{reader_run}", lambda dom: dom.count('data-tooltip="ASSET_OBSERVATION"') >= 2, "two landings", "reader_run")
+            assert "Join the Dagster community" not in asset_page + lake_run_page, "a dialog covers the page"
+            browser.show(f"{base}/assets/bank_stream/mirrors", lambda dom: "Freshness" in dom, "the mirrors' freshness policy", "mirrors")
+            # The list middle-truncates long names on screen; each row's title holds the whole name.
+            browser.show(f"{base}/assets/bank_stream/mirrors?view=checks",
+                         lambda dom: f"Checks ({len(CHECKS)})" in dom and all(f'title="{name}"' in dom for name in CHECKS) and CHECKS[first][:60] in dom,
+                         f"a row for each of the {len(CHECKS)} checks and the first one's description", "checks")
+        print(f"UI checked; each page's screenshot and DOM in {tmp_path / 'ui'}")
     finally:
         # `dagster dev` outlives SIGTERM (or SIGINT) by more than 30 s, its webserver and daemon
         # waiting on their code servers; this instance is thrown away: SIGKILL after a short grace.

@@ -9,9 +9,8 @@ not make a wait fail.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
-from typing import Any, Callable
+from typing import Callable
 
 
 def load_per_core() -> float:
@@ -42,23 +41,3 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, what: str, pol
         if deadline.expired():
             raise TimeoutError(f"{what} not within {deadline.describe()}")
         time.sleep(poll_s)
-
-
-def run_within(args: list[str], timeout_s: float, **kwargs: Any) -> subprocess.CompletedProcess:
-    """``subprocess.run(args, check=True, capture_output=True, **kwargs)``, the process killed once
-    ``timeout_s`` scaled by the machine's load (:class:`Deadline`) is spent: a browser rendering a
-    page beside a busy test suite is slow, not hung."""
-    deadline = Deadline(timeout_s)
-    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs) as process:
-        while True:
-            try:
-                out, err = process.communicate(timeout=1)
-                break
-            except subprocess.TimeoutExpired:
-                if deadline.expired():
-                    process.kill()
-                    out, err = process.communicate()
-                    raise subprocess.TimeoutExpired(args, timeout_s, out, err) from None
-    if process.returncode:
-        raise subprocess.CalledProcessError(process.returncode, args, out, err)
-    return subprocess.CompletedProcess(args, process.returncode, out, err)
