@@ -1,6 +1,6 @@
 """Shared fixtures: one real Spanner emulator per test session, fresh databases per test.
 
-The emulator churns partitions every 3-6 s (``--override_change_stream_partition_token_alive_seconds=3``)
+The emulator churns partitions every 6-12 s (``--override_change_stream_partition_token_alive_seconds=6``)
 so tests cross real splits and merges quickly. If emulator_main is missing the session fails with
 install instructions: nothing is skipped.
 """
@@ -70,6 +70,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # spark-defaults.conf in SPARK_CONF_DIR.
 SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 SESSION_JVM_OPTIONS = "-XX:+TieredCompilation"  # the JVM's default, set so the file above does not apply
+# Every Spark of the suite (its session, the runs', the cluster's, Spark Connect's) evaluates
+# expressions interpreted, not through generated code: the tests' tables hold tens of rows, and a
+# small cut's CPU went mostly to writing Java source per task and compiling it (in a profile of
+# eight cuts, GenerateUnsafeProjection and Janino held over a quarter of the JVM's samples, mostly
+# building the Delta log's row projections again in each task; the figures, with and without, are
+# in docs/benchmarks.md, "Spark's generated code in small cuts"). It is the mode Spark's own tests
+# run beside codegen (``spark.sql.codegen.factoryMode``); the product keeps Spark's default, which
+# `make demo` runs.
+INTERPRETED_SQL = {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.codegen.wholeStage": "false"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -77,6 +86,7 @@ def _spark_defaults(tmp_path_factory) -> Iterator[None]:
     conf_dir = tmp_path_factory.mktemp("spark-conf")
     (conf_dir / "spark-defaults.conf").write_text(
         f"spark.driver.extraJavaOptions {SHORT_JVM_OPTIONS}\nspark.executor.extraJavaOptions {SHORT_JVM_OPTIONS}\n"
+        + "".join(f"{key} {value}\n" for key, value in INTERPRETED_SQL.items())
     )
     with pytest.MonkeyPatch.context() as environment:
         environment.setenv("SPARK_CONF_DIR", str(conf_dir))  # inherited by every run process and Spark JVM
@@ -87,8 +97,11 @@ def _spark_defaults(tmp_path_factory) -> Iterator[None]:
 def emulator(tmp_path_factory) -> SpannerEmulator:
     log_path = Path(tmp_path_factory.mktemp("emulator")) / "emulator.log"
     # One emulator serves the whole suite, which makes a fresh database per test: more than the 100 an
-    # instance may hold on Cloud Spanner (and the emulator by default).
-    emu = SpannerEmulator(partition_alive_seconds=3, log_path=log_path, extra_flags=("--override_max_databases_per_instance=400",))
+    # instance may hold on Cloud Spanner (and the emulator by default). Partitions live 6 s, not 3:
+    # each ended partition is a reader run, and on a loaded machine (a run generation taking 10-15 s
+    # at a load of 7-10 per core) the sensor-launched reads of a 3 s churn fell minutes behind the
+    # stream, the test waiting on them while its writer and lake steps went on.
+    emu = SpannerEmulator(partition_alive_seconds=6, log_path=log_path, extra_flags=("--override_max_databases_per_instance=400",))
     emu.start()  # raises EmulatorNotInstalledError with install instructions if missing
     yield emu
     emu.stop()
@@ -384,7 +397,7 @@ class StreamSetup:
             loop.run_until(self.finished, timeout_s=timeout_s)
 
     def configure(
-        self, start: datetime, end: datetime, soft_timeout_s: float = 2, stale_run_s: float = 20, heartbeat_ms: int = 500
+        self, start: datetime, end: datetime, soft_timeout_s: float = 2, stale_run_s: float = 20, heartbeat_ms: int = 1000
     ) -> None:
         for name, value in {
             "CS_PLATFORM_START_TIMESTAMP": start.isoformat(),
@@ -417,14 +430,16 @@ class StreamSetup:
         return workload, end
 
     def start_open_stream(
-        self, stale_run_s: float = 20, per_second: float = 40, recycle_every: int = 0
+        self, stale_run_s: float = 20, per_second: float = 10, recycle_every: int = 0
     ) -> tuple[BankWorkload, threading.Thread, threading.Event]:
         """A stream with no end in sight and a writer that commits about ``per_second`` transfers
         until told to stop (``set()`` the event), deleting or re-inserting an audit event every
         ``recycle_every`` transfers if given: a test stages what it checks on events, never
-        against a window that a slow machine can outrun."""
+        against a window that a slow machine can outrun. Ten a second by default: what a test
+        checks (splits, merges, landings, kills between them) comes with any rate, while what a
+        loaded machine must read, land and cut grows with it for as long as the test waits."""
         start = utc_now()
-        self.configure(start, start + timedelta(hours=1), soft_timeout_s=2, stale_run_s=stale_run_s)
+        self.configure(start, start + timedelta(hours=1), stale_run_s=stale_run_s)
         workload, stop = BankWorkload(self.bank, seed=next(_names)), threading.Event()
         writer = threading.Thread(
             target=workload.run_until, args=(start + timedelta(hours=1), per_second), kwargs={"stop": stop, "recycle_every": recycle_every}, daemon=True

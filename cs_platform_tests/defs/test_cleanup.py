@@ -30,12 +30,13 @@ def asset(defs, *key: str):
 
 @pytest.mark.heavy
 def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_stream, dagster_instance, spark, spanner_front, tmp_path, monkeypatch):
-    # Two partitions by key range that split and merge every 5 s, not the emulator's churn every
-    # 3-6 s: on a loaded machine the reader runs fell minutes behind the partitions that churn
-    # created (199 runs launched, the low watermark never caught up). Cleanup needs partitions
-    # that finish, not many of them.
+    # Two partitions by key range that split and merge every 15 s, not the emulator's churn every
+    # 6-12 s: cleanup needs partitions that finish, not many of them. Each split or merge is a run
+    # generation, and at a load of 7-10 per core a generation took 10-15 s: with a change every 5 s
+    # (and at 3-6 s before that: 199 runs launched) the reads fell minutes behind the stream and the
+    # test waited for them to catch up with a churn that never stops.
     spanner_front.partition_by_key_range(
-        bank_stream.bank.database_id, "BankStream", partitions=2, change_every=timedelta(seconds=5), mode=PartitionMode.IMMUTABLE_KEY_RANGE
+        bank_stream.bank.database_id, "BankStream", partitions=2, change_every=timedelta(seconds=15), mode=PartitionMode.IMMUTABLE_KEY_RANGE
     )
     for kind in ("METADATA", "RUN", "LANDING"):
         monkeypatch.setenv(f"CS_PLATFORM_{kind}_RETENTION_SECONDS", "0")
@@ -43,7 +44,12 @@ def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_
     # machine that passed the default 600 s and failed watermark_lag, a check of lateness this test
     # is not about (test_lake_assets tests it).
     monkeypatch.setenv("CS_PLATFORM_MAX_LAG_SECONDS", str(7 * 24 * 3600))
-    workload, writer, stop = bank_stream.start_open_stream()
+    # No reader run is killed here: a live run is presumed dead after 120 s without landing, not 20.
+    # In a fresh clone's suite (load 5-7 per core, runs reading for a 30 s soft timeout) 21 of 63
+    # reader runs failed, two partitions were re-launched seven times each as the backoff grew
+    # to 300 s, and the loop ran out of time: a starved run that goes 20 s without landing is presumed
+    # dead and stops itself.
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=120)
     defs = build_definitions()
     cut_step = asset(defs, "bank_stream", "mirrors")
     landing = LandingStore(str(bank_stream.landing_root))

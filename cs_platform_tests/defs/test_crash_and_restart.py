@@ -60,10 +60,9 @@ def lake_run_requested(instance) -> bool:
 def stale_run_seconds() -> float:
     """How long the sensor waits, after a killed run's start or last landing, before it presumes the
     run dead: short, so the test is quick, yet longer than a live run goes without landing on this
-    machine now (with a 2 s soft timeout and the 5 s landing interval a run lands once, at its end:
-    about 4 s quiet and 8 s at a load of 3 per core), and more than twice the landing interval. A live
-    run presumed dead keeps reading beside its re-launch: nothing is lost, but it lands duplicates
-    and a failure these tests do not expect."""
+    machine now (it lands every 2 s while heartbeats move its watermark, later when the machine is
+    loaded), and more than twice the landing interval. A live run presumed dead stops itself before
+    its next landing: nothing is lost, but it is a failure these tests do not expect."""
     return max(12.0, 5 * load_per_core())
 
 
@@ -75,7 +74,7 @@ def readable(store):
 
 def reading_partitions(bank_stream, loop):
     """Every live partition, SCHEDULED or RUNNING with no run in flight: the one the emulator puts
-    all data in is among them. Partitions churn every 3-6 s, faster than runs drain on a loaded
+    all data in is among them. Partitions churn every 6-12 s, faster than runs drain on a loaded
     machine, so children that became schedulable meanwhile are marked SCHEDULED here, as the sensor
     would, not launched: waiting for a moment with none to launch could last forever (it did, on a
     loaded machine)."""
@@ -125,7 +124,7 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
         # round is repeated on other partitions until a killed run had landed rows.
         for _ in range(KILL_ROUNDS):
             killing = [p for p in reading_partitions(bank_stream, loop) if p.key not in markers]
-            # A victim reads until it is killed, not until the loop's short soft timeout (2 s), so an
+            # A victim reads until it is killed, not until the loop's soft timeout, so an
             # after_landing victim reaches a landing with rows (processes.PATIENCE_S).
             reads_on = {"CS_PLATFORM_SOFT_TIMEOUT_SECONDS": "600"}
             processes = {p.key: spawn("run", p.key, point, str(tmp_path / f"{p.key}.json"), **reads_on) for p in killing}
@@ -442,9 +441,9 @@ def test_a_lake_run_paused_between_a_mirror_commit_and_the_manifest_is_fenced_an
     is lost or doubled in the changelog."""
     monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "1")
     monkeypatch.setenv("CS_PLATFORM_HISTORY_TABLES", "Accounts")  # one table: what the no-time-travel bank reads
-    # A few transfers a second give every 1 s cut something to commit; the 40 a second of the reader
-    # crash tests made the ~2 minutes a cold lake run takes to reach its second cut 4,460 transfers,
-    # all read, cut and checked again after the kill, for nothing this test looks at.
+    # A few transfers a second give every 1 s cut something to commit; 40 a second made the ~2 minutes
+    # a cold lake run takes to reach its second cut 4,460 transfers, all read, cut and checked again
+    # after the kill, for nothing this test looks at.
     workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds(), per_second=5, recycle_every=3)
     marker = tmp_path / "lake.marker"
     lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))

@@ -32,7 +32,7 @@ DRAIN_BOUND_S = 10  # at the defaults (docs/operations.md); scaled by the machin
 def test_terminated_reader_and_lake_runs_drain_and_end_canceled(
     bank_stream, dagster_instance, spanner_front, spark, tmp_path, monkeypatch
 ):
-    # Two partitions by key range that live through the test (the emulator's churn every 3 s would
+    # Two partitions by key range that live through the test (the emulator's churn every 6 s would
     # end a run before it is terminated); a landing every 30 s, so all a drained run lands after its
     # first landing is what it read since, drained.
     spanner_front.partition_by_key_range(bank_stream.bank.database_id, "BankStream", partitions=2, change_every=timedelta(hours=1))

@@ -34,11 +34,11 @@ from cs_platform.landing.store import LandingStore, landed_name
 from cs_platform_tests.defs.processes import SENSOR
 from cs_platform_tests.lake.readers import check_history_at_cut, check_history_intervals, check_readers_agree
 
-WINDOW_SECONDS = 45  # the emulator's partitions churn every 3 s: splits and merges in any window this long
+WINDOW_SECONDS = 45  # the emulator's partitions churn every 6 s: splits and merges in any window this long
 BEFORE_START = 200  # transfers committed before the stream's start: only the snapshot brings them
 # Cuts while the window runs, each then read by Spark, DuckDB and deltalake and checked against the
-# source and the history: every 8 s still gives several cuts inside the window, each over splits
-# and merges (the partitions churn every 3-6 s), and each cut checked costs about as much Spark
+# source and the history: every 8 s still gives several cuts inside the window, most over a split
+# or a merge (the partitions churn every 6-12 s), and each cut checked costs about as much Spark
 # work as it took to apply.
 CUT_EVERY_S = 8
 # One transaction of a nightly batch job's shape amid the transfers (BankWorkload.audit_all): 2,010
