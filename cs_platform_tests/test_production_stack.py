@@ -1,10 +1,10 @@
 """`make stack` end to end: the production shape, every part real, only configuration changed.
 
 The bank on the Spanner emulator (accounts and transfers before the stream's start, partitions that
-split and merge every 4-8 s), 20 seconds of transfers, landing and lake on gs:// through a GCS
-emulator, lake runs whose tasks run on a Spark standalone cluster's executors, and every run
-launched by dagster-daemon from an instance on PostgreSQL (the run queue with its tag concurrency
-limits). Then:
+split and merge every 20-40 s, as in `make stack`), transfers for 20 seconds and until the stream
+has split and merged, landing and lake on gs:// through a GCS emulator, lake runs whose tasks run on a Spark
+standalone cluster's executors, and every run launched by dagster-daemon from an instance on
+PostgreSQL (the run queue with its tag concurrency limits). Then:
 
 - no committed mod is lost, in landing or in the changelog, and the changelog holds each change once;
 - every published cut, the snapshot at the start included, is a consistent bank equal to the source;
@@ -16,6 +16,7 @@ limits). Then:
 
 import json
 import os
+import threading
 import time
 import urllib.request
 from datetime import datetime, timedelta
@@ -26,7 +27,7 @@ from dagster_postgres import PostgresRunStorage
 from dagster_postgres.utils import DagsterPostgresException
 from prometheus_client.parser import text_string_to_metric_families
 
-from cs_platform.changestream.metadata import lineage, utc_now
+from cs_platform.changestream.metadata import PartitionMetadataStore, lineage, utc_now
 from cs_platform.defs.resources import change_stream_resource_key, configured_resources
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import STREAM
@@ -36,11 +37,20 @@ from cs_platform.dev.stack import dagster_yaml, production_stack
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
 
-# With the churn of 4-8 s, three splits and three merges or so while the writer writes and the
-# stream churns on until the test's cut (at 3-6 s: four of each, but 22 reader runs to the cut, not
-# 16, each a run process of about 4 CPU-s; at 6-12 s only two merges). 30 s of writes gave five or
-# more, for a third more reader runs.
+# Partitions churn as in `make stack`: every 20-40 s. Each generation of partitions up to the last
+# commit is a round of reader runs that the daemon launches (a run process of about 4 CPU-s each)
+# before a cut can pass that commit, and the writer writes until the readers have met a split and a
+# merge: the later the readers meet them, the more generations there are to catch up. At 4-8 s and
+# then 8-16 s, in CI on 2026-11-29 at a load of 10 or so, the runs never caught up in 30 minutes (a
+# fresh clone the day before: 932 s and 1,068 s).
 WRITE_SECONDS = 20
+
+
+def has_split_and_merged(store: PartitionMetadataStore) -> bool:
+    if not store.table_exists():  # the partition sensor's first tick creates it
+        return False
+    crossed = lineage(store.all())
+    return crossed.splits >= 1 and crossed.merges >= 1
 
 
 def scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -88,14 +98,24 @@ def task_executors(event_logs) -> dict[str, set[str]]:
 @pytest.mark.heavy
 @pytest.mark.xdist_group("processes")
 def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_path, spark, gcs_endpoint):
-    with production_stack(tmp_path, accounts=10, before_start=100, gcs=gcs_endpoint, partition_alive_seconds=4, metrics_port=free_loopback_port()) as stack:
-        stack.workload.run_until(utc_now() + timedelta(seconds=WRITE_SECONDS), 10, accounts=0)
-        stack.await_webserver()  # it loads while the writer writes
+    with production_stack(
+        tmp_path, accounts=10, before_start=100, gcs=gcs_endpoint, metrics_port=free_loopback_port()
+    ) as stack:
+        store = configured_resources(os.environ)[change_stream_resource_key(STREAM)].metadata_store()
+        stop_writing = threading.Event()
+        writer = threading.Thread(target=stack.workload.run_until, args=(utc_now() + timedelta(hours=1), 10), kwargs={"accounts": 0, "stop": stop_writing})
+        writer.start()
+        try:
+            time.sleep(WRITE_SECONDS)
+            stack.await_webserver()  # it loads while the writer writes
+            wait_until(lambda: has_split_and_merged(store), 300, "a split and a merge", poll_s=2)
+        finally:
+            stop_writing.set()
+            writer.join()
         last_commit = stack.workload.committed[-1].commit_timestamp
         lake = Lake(spark, f"{stack.lake_root}/{STREAM}")
         wait_until(lambda: (lake.last_cut() or stack.start) >= last_commit, 600, "a cut past the last commit", poll_s=5)
         cuts = lake.cuts()
-        store = configured_resources(os.environ)[change_stream_resource_key(STREAM)].metadata_store()
         check_scrape(scrape(stack.metrics), stack.start, cuts[-1], utc_now())
         crossed = lineage(store.all())
         with DagsterInstance.get() as instance:
@@ -116,7 +136,7 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
         print(f"lake runs on the cluster and GCS: run seconds {lake_runs}")
 
         assert by_sensor == {"bank_stream_partition_sensor", "bank_stream_lake_sensor"}
-        assert crossed.splits >= 2 and crossed.merges >= 2
+        assert crossed.splits >= 1 and crossed.merges >= 1
         assert not expected - landing.mods, f"{len(expected - landing.mods)} committed mods never landed"
         assert not expected - in_changelog, f"{len(expected - in_changelog)} committed mods missing from the changelog"
         assert repeated == 0, f"{repeated} changes appear more than once in the changelog"
@@ -124,8 +144,9 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
         for cut in spread(cuts):
             check_bank_cut(lake, stack.bank.bank, cut)
         # Every lake run's tasks ran in executor processes, none in the driver (one Spark application
-        # per run; the first run's are the snapshot's mirror writes: its small tables are read by the driver).
-        assert executors and all(ids and "driver" not in ids for ids in executors.values())
+        # per run; the first run's are the snapshot's mirror writes: its small tables are read by the
+        # driver). An application may have run no task at all (in a fresh clone, the first of two).
+        assert any(executors.values()) and not any("driver" in ids for ids in executors.values()), executors
 
 
 def test_an_unreachable_postgres_fails_with_dagsters_own_error(tmp_path):
