@@ -4,14 +4,15 @@
 ``python -m cs_platform_tests.defs.processes run KEY POINT MARKER``: one run of the reader job for
 partition KEY that stops dead at POINT (``before_landing``; ``after_landing``: after a landing
 write that wrote rows (or the partition's last, or any 20 s after its first) and before the watermark
-update; ``between_chunks``: after a chunk that wrote rows (or any 20 s after the first) landed and its
-watermark was persisted, as the next chunk, read, is about to land), writes MARKER and waits to be
-killed; or, for ``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
+update; ``between_chunks``: after N chunks that wrote rows (or any 20 s after the first) landed and
+their watermarks were persisted, as the next chunk, read, is about to land), writes MARKER and waits
+to be killed; or, for ``presumed_dead``, writes MARKER once its first chunk is read, waits for MARKER.go, then goes on
 (the run checks whether it was given up before landing) and writes MARKER.late if it lands at all;
 or, for ``paused``, stops itself with SIGSTOP between that check and the landing of its first chunk
-with rows, writing MARKER first; resumed (SIGCONT), it lands the chunk, writes MARKER.late, and goes
-on to persist its watermark. A ``paused`` run whose partition gets no rows before it ends or yields
-never pauses: it ends as any run does, and writes no MARKER.
+whose rows hold N commit timestamps or more, writing MARKER first; resumed (SIGCONT), it lands the
+chunk, writes MARKER.late, and goes on to persist its watermark. A ``paused`` run whose partition
+gets no such chunk before it ends or yields never pauses: it ends as any run does, and writes no
+MARKER. N is an optional last argument, 1 if not given.
 ``python -m cs_platform_tests.defs.processes drained KEY MARKER``: one run of the reader job for
 partition KEY, unchanged but for writing MARKER (its pid and the watermark persisted) once its first
 chunk landed and its watermark was persisted; the test then terminates it (SIGTERM), and the run drains.
@@ -82,9 +83,9 @@ def _run_until_killed() -> None:
         loop.run_until(lambda: False, timeout_s=3600)
 
 
-def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
+def _crashing_run(partition_key: str, point: str, marker: Path, n: int = 1) -> None:
     land, persist, check = LandingStore.write, PartitionMetadataStore.record_progress, reading.stop_if_presumed_dead
-    last: dict = {}
+    last: dict = {"with_rows": []}  # the landings that wrote rows, in order
 
     def stop_dead(landed, **more) -> None:
         found = {"pid": os.getpid(), "landed": landed.path if landed else None, "rows": landed.rows if landed else 0, **more}
@@ -99,16 +100,18 @@ def _crashing_run(partition_key: str, point: str, marker: Path) -> None:
         patience_over = time.monotonic() - last.setdefault("first_chunk", time.monotonic()) > PATIENCE_S
         # Stop between two chunks once one of them landed rows (or, for a partition that gets none,
         # after a while): a first chunk of heartbeats alone says nothing about a landed file.
-        if point == "between_chunks" and "watermark" in last and (last["landed"] is not None or patience_over):
-            stop_dead(last["landed"], watermark=last["watermark"])
-        if point == "paused" and "paused" not in last and batch.records:
-            last["paused"] = {"pid": os.getpid(), "rows": batch.mod_count, "watermark": batch.watermark.isoformat()}
+        if point == "between_chunks" and "watermark" in last and (len(last["with_rows"]) >= n or patience_over):
+            stop_dead(last["landed"], watermark=last["watermark"], with_rows=last["with_rows"])
+        timestamps = len({r.commit_timestamp for r in batch.records})
+        if point == "paused" and "paused" not in last and batch.records and timestamps >= n:
+            last["paused"] = {"pid": os.getpid(), "rows": batch.mod_count, "timestamps": timestamps, "watermark": batch.watermark.isoformat()}
             marker.write_text(json.dumps(last["paused"]))
             os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, until the test sends SIGCONT
             last["resumed"] = True
         if last.get("resumed"):
             marker.with_suffix(".late").write_text(key)
         last["landed"] = land(self, stream, key, batch)
+        last["with_rows"] += [last["landed"].path] if last["landed"] else []
         # Runs land every few seconds, heartbeats alone included (nothing to land, the watermark
         # persisted): stop at the first landing that wrote rows, at the partition's last (it ended:
         # a split or a merge), or at any after a while for a partition that gets no rows. The
@@ -255,4 +258,4 @@ if __name__ == "__main__":
     elif sys.argv[1] == "lake":
         _crashing_lake_run(int(sys.argv[2]), Path(sys.argv[3]), *sys.argv[4:])
     else:
-        _crashing_run(sys.argv[2], sys.argv[3], Path(sys.argv[4]))
+        _crashing_run(sys.argv[2], sys.argv[3], Path(sys.argv[4]), *map(int, sys.argv[5:]))

@@ -244,14 +244,15 @@ def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-def pause_runs_holding_rows(bank_stream, loop, tmp_path: Path, processes: dict) -> dict[str, dict]:
+def pause_runs_holding_rows(bank_stream, loop, tmp_path: Path, processes: dict, timestamps: int = 1, **settings: str) -> dict[str, dict]:
     """Start a ``paused`` run for every live partition, in rounds, until one of them stopped itself
-    holding rows; the others end as runs do (a partition ends with no rows after its last run's
-    landing: only the child partitions' record was left). Returns the markers of the runs that
-    stopped; ``processes`` gathers every run started, for the caller to reap."""
+    holding rows of ``timestamps`` commit timestamps or more; the others end as runs do (a partition
+    ends with no rows after its last run's landing: only the child partitions' record was left).
+    Returns the markers of the runs that stopped; ``processes`` gathers every run started, for the
+    caller to reap. ``settings`` are the runs' own."""
     for _ in range(10):
         for p in reading_partitions(bank_stream, loop):  # a run that ended without rows left it live, or ended it
-            processes[p.key] = spawn("run", p.key, "paused", str(tmp_path / f"{p.key}.json"))
+            processes[p.key] = spawn("run", p.key, "paused", str(tmp_path / f"{p.key}.json"), str(timestamps), **settings)
 
         def settled() -> bool:  # every run stopped itself holding rows, or ended
             return all(
@@ -339,6 +340,88 @@ def test_a_paused_run_resumed_after_its_relaunch_was_ingested_moves_no_watermark
     for cut in spread(cuts):
         check_bank_cut(lake, bank_stream.bank, cut)
     print(f"fencing: {len(victims)} runs paused, {late_rows} rows landed late, {len(cuts)} cuts checked")
+
+
+@pytest.mark.heavy
+def test_a_paused_run_resumed_while_its_relaunch_is_below_its_chunk_and_after_a_cut_loses_nothing(
+    bank_stream, dagster_instance, spark, tmp_path, monkeypatch
+):
+    """Fencing (DESIGN invariant 11), in the order that loses data without it. A run stops itself
+    (SIGSTOP) holding a chunk of several transactions, (W0, W1], before landing it; it is presumed
+    dead and its partition relaunched. The relaunch lands two chunks of one transaction each, still
+    below W1, and stops; a cut ingests them, so the lake's mark for the partition's landing is past
+    the late chunk's file (named from W0). Then the paused run resumes: it lands its chunk late, a
+    file the lake never ingests, and must not move the watermark to W1. The relaunch is killed and
+    relaunched from the persisted watermark: with the fence, from below W1, so every mod of the
+    chunk is read again; without it, from W1, and the mods between the relaunch's last landing and
+    W1 would exist only in that late file. Then every committed mod reaches the changelog once and
+    every cut is the source's bank.
+
+    The sensor's presumption is the test's here (``report_run_failed``, as the sensor reports it):
+    the relaunch has to be a run the test can stop below W1, and the sensor's stale limit is long
+    (600 s), so that it relaunches neither run behind the test's back."""
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=600)
+    store = bank_stream.store
+    lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
+    landing = LandingStore(str(bank_stream.landing_root))
+
+    def cut() -> None:  # what a lake run does at each cut (lake_steps.advance_lake)
+        assert advance_lake(lake, landing, store, bank_stream.target, "BankStream") is not None
+
+    # The paused run: lands every 3 s (a chunk of many transactions), reads until it is stopped.
+    # The relaunch: a chunk for every transaction (a transfer is 4 mods: a chunk is due at the 5th,
+    # the next transaction's first record), and none by time.
+    paused_run = {"CS_PLATFORM_LANDING_INTERVAL_SECONDS": "3", "CS_PLATFORM_SOFT_TIMEOUT_SECONDS": "600"}
+    relaunch_run = {"CS_PLATFORM_LANDING_CHUNK_MODS": "5", "CS_PLATFORM_LANDING_INTERVAL_SECONDS": "250", "CS_PLATFORM_SOFT_TIMEOUT_SECONDS": "600"}
+    processes: dict = {}
+    relaunch = None
+    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
+        loop.run_for(4)
+        cut()  # the snapshot and a first cut: the cut below is an incremental one
+        try:
+            markers = pause_runs_holding_rows(bank_stream, loop, tmp_path, processes, 3, **paused_run)
+            key, paused = next(iter(markers.items()))
+            victim = processes[key]
+            for other in (k for k in markers if k != key):  # one paused run is this test
+                os.killpg(processes[other].pid, signal.SIGKILL)
+            owner = store.get_by_key(key).owner
+            dagster_instance.report_run_failed(dagster_instance.get_run_by_id(owner), "presumed dead by the test")
+            relaunch_marker = tmp_path / f"{key}.relaunch.json"
+            relaunch = spawn("run", key, "between_chunks", str(relaunch_marker), "2", **relaunch_run)
+            below = wait_for(relaunch_marker, 120)
+            late_chunk_end = datetime.fromisoformat(paused["watermark"])
+            assert len(below["with_rows"]) == 2 and datetime.fromisoformat(below["watermark"]) < late_chunk_end, (below, paused)
+            taken = store.get_by_key(key)
+            assert taken.owner != owner and taken.watermark < late_chunk_end
+            cut()  # ingests the relaunch's two files: the partition's mark is past the late chunk's name
+            os.kill(victim.pid, signal.SIGCONT)
+            wait_until(lambda: victim.poll() is not None, 120, "the resumed run to persist or stop", poll_s=0.1)
+            assert (tmp_path / f"{key}.late").exists(), "the resumed run did not land its chunk"
+            after = store.get_by_key(key)  # checked last: the data checks speak first
+            os.killpg(relaunch.pid, signal.SIGKILL)  # the relaunch dies below the late chunk
+            relaunch.wait()
+            dagster_instance.report_run_failed(dagster_instance.get_run_by_id(taken.owner), "presumed dead by the test")
+            stop.set()
+            loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=240, drain=False)
+        finally:
+            for process in [*processes.values(), relaunch]:
+                if process is not None and process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+    writer.join()
+    cut()
+    cuts = lake.cuts()
+    assert cuts[-1] >= workload.committed[-1].commit_timestamp
+    mods, repeated = changelog_mods(lake, cuts[-1])
+    expected = committed(workload, cuts[-1], cuts[0])
+    assert repeated == 0 and mods == expected, f"{len(expected - mods)} committed mods missing from the changelog, {len(mods - expected)} extra"
+    for at in spread(cuts):
+        check_bank_cut(lake, bank_stream.bank, at)
+    assert after.owner == taken.owner and after.watermark == taken.watermark, "the resumed run moved the watermark"
+    assert victim.returncode == 1, "the resumed run did not fail"
+    events = [e.dagster_event for e in dagster_instance.all_logs(owner) if e.dagster_event]
+    [failure] = [e for e in events if e.is_step_failure]
+    assert "no longer owns partition" in str(failure.event_specific_data), str(failure.event_specific_data)
+    print(f"fencing below the late chunk: {paused['timestamps']} transactions paused, the relaunch stopped at {below['watermark']}, {len(cuts)} cuts")
 
 
 def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dagster_instance):
