@@ -141,15 +141,30 @@ def watched_table_shapes(database: Database, stream: str, read_timestamp: dateti
     so any column reads): it changes when a watched column is dropped, added or retyped, which no
     change record says (``lake_steps``), not when a length or a vector length changes, which the
     mirror's types do not hold. Five of :func:`watched_tables`' six reads."""
-    return _shapes(database, stream, _read_schema(database, _MEMBERSHIP_VIEWS + ("columns",), read_timestamp, timeout_s))
+    return {table: shape(columns) for table, columns in watched_column_types(database, stream, read_timestamp, timeout_s).items()}
+
+
+def watched_column_types(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> dict[str, dict[str, str]]:
+    """Per table ``stream`` watches at ``read_timestamp``, its watched columns' Spanner types as
+    :func:`shape` digests them (lengths left out), by name: what tells a column added from one
+    dropped or retyped. The reads of :func:`watched_table_shapes`."""
+    return _column_types(database, stream, _read_schema(database, _MEMBERSHIP_VIEWS + ("columns",), read_timestamp, timeout_s))
+
+
+def shape(columns: Mapping[str, str]) -> str:
+    """The digest of a table's watched columns (:func:`watched_column_types`)."""
+    return hashlib.sha256(json.dumps(sorted(columns.items())).encode()).hexdigest()[:16]
+
+
+def _column_types(database: Database, stream: str, schema: dict[str, list[dict]]) -> dict[str, dict[str, str]]:
+    return {
+        table: {r["column_name"]: _LENGTHS.sub("", r["spanner_type"]) for r in rows}
+        for table, rows in _watched_column_rows(database, stream, schema, keys=None).items()
+    }
 
 
 def _shapes(database: Database, stream: str, schema: dict[str, list[dict]]) -> dict[str, str]:
-    shapes = {}
-    for table, rows in _watched_column_rows(database, stream, schema, keys=None).items():
-        columns = sorted((r["column_name"], _LENGTHS.sub("", r["spanner_type"])) for r in rows)
-        shapes[table] = hashlib.sha256(json.dumps(columns).encode()).hexdigest()[:16]
-    return shapes
+    return {table: shape(columns) for table, columns in _column_types(database, stream, schema).items()}
 
 
 def _watched_column_rows(database: Database, stream: str, schema: dict[str, list[dict]], keys: set[tuple[str, str]] | None) -> dict[str, list[dict]]:

@@ -14,7 +14,7 @@ from google.cloud import spanner
 from google.cloud.spanner_v1.database import Database
 
 from cs_platform.changestream.connection import database_dialect
-from cs_platform.changestream.query import quote_table, validate_identifier, validate_table
+from cs_platform.changestream.query import quote_identifier, quote_table, validate_identifier, validate_table
 from cs_platform.changestream.values import read_text
 
 
@@ -37,6 +37,14 @@ class SourceSnapshot:
         dialect = database_dialect(self.database)
         with self.database.snapshot(read_timestamp=self.read_timestamp) as snap:
             return list(snap.execute_sql(f"SELECT COUNT(*) FROM {quote_table(table, dialect)}"))[0][0]
+
+    def rows_with_values(self, table: str, columns: Sequence[str]) -> int:
+        """How many rows hold a value (not NULL) in one of ``columns`` at the timestamp: one scan in
+        Spanner, one number back."""
+        dialect = database_dialect(self.database)
+        where = " OR ".join(f"{quote_identifier(c, 'column name', dialect)} IS NOT NULL" for c in columns)
+        with self.database.snapshot(read_timestamp=self.read_timestamp) as snap:
+            return list(snap.execute_sql(f"SELECT COUNT(*) FROM {quote_table(table, dialect)} WHERE {where}"))[0][0]
 
     def rows_as_text(self, table: str, columns: Sequence[str], key_columns: Sequence[str], keys: Sequence[Sequence]) -> list[tuple[str | None, ...]]:
         """The rows of ``keys`` (primary key values, in ``key_columns`` order) that exist at the

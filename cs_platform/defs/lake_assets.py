@@ -416,6 +416,9 @@ class LakeAssets:
                 # changed (dropped, added, retyped): their rows at this cut, read whole.
                 **({"tables_joined": MetadataValue.json(joined)} if (joined := read_whole(advance, reshaped=False)) else {}),
                 **({"tables_reshaped": MetadataValue.json(reshaped)} if (reshaped := read_whole(advance, reshaped=True)) else {}),
+                # Tables whose only DDL was columns added that no row holds a value in yet: not read,
+                # their mirrors and histories took the columns (NULL before).
+                **({"tables_widened": MetadataValue.json(widened)} if (widened := sorted({t for a in covered for t in a.widened})) else {}),
                 # Tables the stream watches no more: their mirrors keep their last rows (since: the cut that found it).
                 **({"tables_frozen": MetadataValue.json(frozen_since(result.frozen))} if result.frozen else {}),
             },

@@ -45,7 +45,7 @@ from cs_platform.lake.fence import FENCE_TABLE, Fence
 from cs_platform.lake.history import apply_history, history_at, history_columns, seed_history
 from cs_platform.lake.history_schema import HistoryPolicy
 from cs_platform.lake.identifiers import quoted
-from cs_platform.lake.mirrors import MATERIALIZE_SOURCE, append_inserts, apply_changes, column_types_by_table, ensure_columns
+from cs_platform.lake.mirrors import MATERIALIZE_SOURCE, append_inserts, apply_changes, column_types_by_table, ensure_columns, final_effects
 from cs_platform.lake.published import (
     ROOT_SETTING,
     PublishedCut,
@@ -232,8 +232,22 @@ class Lake:
         rows = self.changelog.table().where(F.col("commit_timestamp") <= F.lit(upto))
         return rows if after is None else rows.where(F.col("commit_timestamp") > F.lit(after))
 
+    def keys_with_values(self, table: str, columns: dict[str, dict], after: datetime, upto: datetime) -> int:
+        """How many keys of ``table`` the changes in (``after``, ``upto``] leave present with a value
+        in one of ``columns`` (a key they delete last, or leave without one, does not count)."""
+        if not self.changelog.exists():
+            return 0  # nothing landed yet: no change gave a key a value
+        effects = final_effects(self.changes(after, upto).where(F.col("table_name") == table), columns)
+        has_value = " OR ".join(f"{quoted(name)} IS NOT NULL" for name in columns)
+        return effects.where(f"__op != 'DELETE' AND ({has_value})").count()
+
     def apply_cut(
-        self, cut: datetime, snapshot_instead: Collection[str] = (), unwatched: Collection[str] = (), shapes: dict[str, str] | None = None
+        self,
+        cut: datetime,
+        snapshot_instead: Collection[str] = (),
+        unwatched: Collection[str] = (),
+        shapes: dict[str, str] | None = None,
+        widened: dict[str, dict[str, dict]] | None = None,
     ) -> CutResult:
         """Apply every complete transaction in (the last published cut, ``cut``] to the mirrors and
         publish ``cut``. The changes of the tables in ``snapshot_instead`` are left out: a snapshot
@@ -243,7 +257,9 @@ class Lake:
         committed while the stream still watched them, and are recorded frozen from this cut on.
         ``shapes`` (the watched tables' digests at ``cut``) is recorded for every mirror the cut
         brings to it, not for those in ``snapshot_instead``: theirs comes with their snapshot, so a
-        crash before it leaves the old digest, and the next cut reads them whole again."""
+        crash before it leaves the old digest, and the next cut reads them whole again. The mirrors
+        (and history tables) of the tables in ``widened`` first take the columns given for each,
+        NULL in every row and version before (``lake_steps.widened_tables``)."""
         began = time.monotonic()
         cut = plain_datetime(cut)
         published = self.last_published()
@@ -252,12 +268,14 @@ class Lake:
             return CutResult(cut, previous, applied=False)  # already applied, or nothing landed yet
         frozen = {**{table: cut for table in unwatched}, **(published.frozen if published else {})}
         shapes = {**(published.shapes if published else {}), **{t: s for t, s in (shapes or {}).items() if t not in snapshot_instead}}
+        widened_versions = self._widen(widened or {}, cut_record(cut, previous))
         latest = self.changelog.latest_commit()
         if published is not None and latest is not None and latest <= previous:
             # Nothing was committed after the previous cut (an idle stream whose watermark moved on
             # heartbeats): the cut publishes the same versions, with no Spark job but its manifest append.
-            self._publish(PublishedCut(cut, published.versions, previous, frozen, shapes, time.monotonic() - began), 0, 0)
-            return CutResult(cut, previous, True, versions=published.versions, frozen=frozen)
+            versions = {**published.versions, **widened_versions}
+            self._publish(PublishedCut(cut, versions, previous, frozen, shapes, time.monotonic() - began), 0, 0)
+            return CutResult(cut, previous, True, versions=versions, frozen=frozen)
         changes = self.changes(previous, cut).cache()  # the range is scanned once
         try:
             summary = summarize(changes)
@@ -296,7 +314,7 @@ class Lake:
             changes.unpersist()
         if not versions and previous is None:
             return CutResult(cut, previous, applied=False)  # nothing under the first cut: no mirror to record
-        versions = dict(sorted({**(published.versions if published else {}), **versions}.items()))
+        versions = dict(sorted({**(published.versions if published else {}), **widened_versions, **versions}.items()))
         self._publish(PublishedCut(cut, versions, previous, frozen, shapes, time.monotonic() - began), transactions, mods)
         return CutResult(cut, previous, True, transactions, mods, versions, tuple(bad), histories, appended, frozen)
 
@@ -345,6 +363,19 @@ class Lake:
             {table: v for (kind, table), v in done.items() if kind == "history"},
             appended,
         )
+
+    def _widen(self, widened: dict[str, dict[str, dict]], record: str) -> dict[str, int]:
+        """Add each table's new columns to its mirror and history table (one fenced group of
+        writes); returns the mirrors' new versions."""
+        writes = []
+        for table, columns in widened.items():
+            writes.append(partial(ensure_columns, self.spark, self.mirror(table), columns))
+            history = self.history_table(table)
+            if self.history.keeps(table) and history.exists():
+                writes.append(partial(ensure_columns, self.spark, history, columns))
+        with session_conf(self.spark, {USER_METADATA: record}):
+            self._side_by_side(writes)
+        return {table: self.mirror(table).version() for table in widened}
 
     def _side_by_side(self, writes: list) -> list:
         """Run ``writes`` (no table twice), at most PARALLEL_WRITES at once, as one fenced group."""

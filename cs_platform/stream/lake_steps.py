@@ -18,7 +18,11 @@ again, it joins again and is read whole. A rename is both: the old name's mirror
 name's is read whole. A table whose watched columns DDL changed (a column dropped, added or retyped:
 no change record says so, and Spanner fills an added column's default into every row without one) is
 read whole the same way at the first cut that finds its digest changed (``PublishedCut.shapes``),
-so its mirror takes the table's columns and types at that cut.
+so its mirror takes the table's columns and types at that cut. But not one whose only change is
+columns added that no row holds a value in but those the cut's changes gave it (an ``ADD COLUMN``
+with no default: every row NULL until written): its mirror and history take the new columns, NULL
+in every row and version before, and the cut applies its changes as usual (``widened_tables``). A
+table of a million rows is so not read again for a routine ``ADD COLUMN``.
 """
 
 from __future__ import annotations
@@ -31,11 +35,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable, Iterator, Sequence
 
+from google.api_core.exceptions import FailedPrecondition
 from google.cloud.spanner_v1.database import Database
 
-from cs_platform.changestream.catalog import watched_table_shapes, watched_tables_and_shapes
+from cs_platform.changestream.catalog import column_type, shape, watched_column_types, watched_tables_and_shapes
 from cs_platform.changestream.connection import SpannerTarget
+from cs_platform.changestream.errors import UnsupportedColumnTypeError
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, PartitionMetadataStore
+from cs_platform.changestream.source_reads import SourceSnapshot
 from cs_platform.changestream.table_snapshot import check_retention, plan_snapshot
 from cs_platform.errors import TerminalError
 from cs_platform.lake.changelog import IngestResult
@@ -70,6 +77,7 @@ class LakeAdvance:
     snapshot: SnapshotResult | None = None  # the lake's start, when this advance took it
     joined: SnapshotResult | None = None  # the tables the stream watches since the lake's start, or reshaped, read at the cut
     reshaped: tuple[str, ...] = ()  # those of them whose watched columns DDL changed
+    widened: tuple[str, ...] = ()  # tables whose only DDL was columns added with no value to read: not read whole
 
     @property
     def cut(self) -> datetime:
@@ -114,20 +122,64 @@ class StreamMembership:
     unwatched: tuple[str, ...]  # a live mirror, watched no more: frozen from the cut on
     reshaped: tuple[str, ...] = ()  # a live mirror whose table's watched columns changed: read whole at the cut
     shapes: dict[str, str] = field(default_factory=dict)  # every watched table's digest at the cut
+    # Of the reshaped, those whose only change since the previous cut is columns added: each with
+    # the added columns' Spanner types (``widened_tables`` decides whether they need a read).
+    added: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def read_whole(self) -> tuple[str, ...]:
         return tuple(sorted((*self.joined, *self.reshaped)))
 
 
-def stream_membership(source: Database, stream: str, cut: datetime, live: dict[str, str | None]) -> StreamMembership:
+def stream_membership(
+    source: Database, stream: str, cut: datetime, live: dict[str, str | None], previous: datetime | None = None
+) -> StreamMembership:
     """Which tables ``stream`` watches at ``cut`` in ``source`` beside the ``live`` mirrors (every
     table watched at the lake's start has one, rows or not: the snapshot wrote it), each with the
-    digest its rows have (None: not recorded, by a cs_platform before digests: taken as is)."""
-    shapes = watched_table_shapes(source, stream, cut)
+    digest its rows have (None: not recorded, by a cs_platform before digests: taken as is). With
+    the ``previous`` cut, a reshaped table whose watched columns at ``previous`` (read there, and
+    the digest its mirror records) are all at ``cut`` unchanged is named with the columns added."""
+    columns = watched_column_types(source, stream, cut)
+    shapes = {table: shape(c) for table, c in columns.items()}
     watched = set(shapes)
     reshaped = sorted(t for t in watched & set(live) if live[t] not in (None, shapes[t]))
-    return StreamMembership(tuple(sorted(watched - set(live))), tuple(sorted(set(live) - watched)), tuple(reshaped), shapes)
+    added = {}
+    if reshaped and previous is not None:
+        before = _columns_at(source, stream, previous)
+        for table in reshaped:
+            was = before.get(table)
+            if was is not None and shape(was) == live[table] and was.items() <= columns[table].items():
+                added[table] = {name: kind for name, kind in columns[table].items() if name not in was}
+    return StreamMembership(tuple(sorted(watched - set(live))), tuple(sorted(set(live) - watched)), tuple(reshaped), shapes, added)
+
+
+def _columns_at(source: Database, stream: str, at: datetime) -> dict[str, dict[str, str]]:
+    """The watched columns at an earlier cut; none once that cut is older than the database keeps
+    versions (``version_retention_period``, an hour by default): Spanner refuses the read
+    (FAILED_PRECONDITION), and the tables reshaped since are read whole, as before."""
+    try:
+        return watched_column_types(source, stream, at)
+    except FailedPrecondition:
+        return {}
+
+
+def widened_tables(lake: Lake, source: Database, membership: StreamMembership, previous: datetime, cut: datetime) -> dict[str, dict[str, dict]]:
+    """Of ``membership.added``, the tables that need no read: no row holds a value in an added
+    column at ``cut`` but those the changes in (``previous``, ``cut``] gave one. The source counts
+    its rows with a value there (one scan in Spanner, one number back); the lake counts the keys
+    its changes leave with one (``Lake.keys_with_values``). The second are among the first, so the
+    same count means the same rows: nothing was filled in without a change record (a default, a
+    column newly watched). Each with the added columns, as ``mirrors.ensure_columns`` takes them."""
+    widened = {}
+    at_cut = SourceSnapshot(source, cut)
+    for table, added in membership.added.items():
+        try:
+            columns = {name: {"name": name, "type": column_type(kind), "is_primary_key": False} for name, kind in added.items()}
+        except UnsupportedColumnTypeError:
+            continue  # read whole, as before: the cut names the column it cannot type
+        if at_cut.rows_with_values(table, list(added)) == lake.keys_with_values(table, columns, previous, cut):
+            widened[table] = columns
+    return widened
 
 
 def take_snapshot(
@@ -175,15 +227,18 @@ def advance_lake(
     snapshot = start_from_snapshot(lake, target, stream, store) if published is None else None
     recorded = lake.last_published() if snapshot else published  # the start's snapshot records the digests at the start
     live = {t: recorded.shapes.get(t) for t in recorded.versions if t not in recorded.frozen}
-    membership = stream_membership((connect or target.connect)(), stream, position.cut, live)
-    replaced = membership.read_whole
-    result = lake.apply_cut(position.cut, snapshot_instead=replaced, unwatched=membership.unwatched, shapes=membership.shapes)
+    source = (connect or target.connect)()
+    membership = stream_membership(source, stream, position.cut, live, recorded.cut)
+    widened = widened_tables(lake, source, membership, recorded.cut, position.cut) if membership.added and position.cut > recorded.cut else {}
+    replaced = tuple(t for t in membership.read_whole if t not in widened)
+    result = lake.apply_cut(position.cut, snapshot_instead=replaced, unwatched=membership.unwatched, shapes=membership.shapes, widened=widened)
     if replaced and result.applied:  # the cut left their changes out: their rows at the cut replace their mirrors
         what = f"the snapshot of {', '.join(replaced)}, watched since the lake's start or reshaped by DDL"
         joined_snapshot = take_snapshot(lake, target, stream, position.cut, what, replaced)
     else:
         joined_snapshot = None
-    return LakeAdvance(position, ingested, result, round(time.monotonic() - started, 2), snapshot, joined_snapshot, membership.reshaped)
+    reshaped = tuple(t for t in membership.reshaped if t not in widened)
+    return LakeAdvance(position, ingested, result, round(time.monotonic() - started, 2), snapshot, joined_snapshot, reshaped, tuple(sorted(widened)))
 
 
 @dataclass(frozen=True)

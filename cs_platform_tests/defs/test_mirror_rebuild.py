@@ -150,8 +150,16 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
         write_partly(2)
         bank.update_ddl(["DROP TABLE Offices", "ALTER TABLE Regions RENAME TO Areas", capture(CAPTURES[3])]).result(120)
         write_partly(3)
-        bank.update_ddl([f"ALTER TABLE {RESHAPED} DROP COLUMN Staff", f"ALTER TABLE {RESHAPED} ALTER COLUMN City BYTES(MAX)"]).result(120)
+        bank.update_ddl(
+            [
+                f"ALTER TABLE {RESHAPED} DROP COLUMN Staff",
+                f"ALTER TABLE {RESHAPED} ALTER COLUMN City BYTES(MAX)",
+                f"ALTER TABLE {HANDS} ADD COLUMN Note STRING(MAX)",  # every row NULL: not read whole
+                f"ALTER TABLE {NAMED} ADD COLUMN Tier INT64 DEFAULT (1)",  # every row 1, no change record: read whole
+            ]
+        ).result(120)
         with bank.batch() as batch:
+            batch.update(HANDS, ["Id", "Note"], [[2, "noted"]])
             batch.update(RESHAPED, ["BranchId", "City"], [[i, base64.b64encode(f"bytes-{i}".encode())] for i in range(2)])  # the client takes BYTES base64-encoded
             batch.update("Branches", ["BranchId", "Staff"], [[i, 100 + i] for i in range(5)])
             batch.update("Areas", ["BranchId", "Staff"], [[i, 300 + i] for i in range(4)])
@@ -197,7 +205,9 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     cut = lake.last_cut()
     frozen = {table: cut.isoformat() for table in LEAVING}
     assert mirrors.metadata["tables_frozen"].value == frozen
-    assert mirrors.metadata["tables_reshaped"].value == {RESHAPED: 30}  # read whole: its changes had the old columns
+    # Read whole: Sites' changes had the old columns; every row of sch.Branches took Tier's default.
+    assert mirrors.metadata["tables_reshaped"].value == {RESHAPED: 30, NAMED: 10}
+    assert mirrors.metadata["tables_widened"].value == [HANDS]  # a column added, one row given a value since
     at_cut = lake.mirrors_at_cut(cut)
     assert [(f.name, f.dataType.simpleString()) for f in at_cut[RESHAPED].schema.fields] == [("BranchId", "bigint"), ("City", "binary")]
     # The Python client hands BYTES back base64-encoded; the emulator converted each string to its UTF-8 bytes.
@@ -208,12 +218,15 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     # The named schema's namesake followed its own changes through every DDL, its embeddings too.
     named_rows = rows_at(bank, cut, NAMED, NAMED_COLUMNS)
     assert {(k, c, s, tuple(e)) for k, c, s, e in at_cut[NAMED].select(*NAMED_COLUMNS).collect()} == named_rows
+    assert {tuple(r) for r in at_cut[NAMED].select("BranchId", "Tier").collect()} == rows_at(bank, cut, NAMED, ["BranchId", "Tier"])
     assert (10, "named-10", 10, (0.25, 8.0)) in named_rows and (0, "named-0", 0, (1.5, 0.0)) in named_rows and len(named_rows) == 10
     # The proto columns, from the snapshot at the stream's start and every partial update since, under
     # each capture type: the mirror holds the messages' bytes and the enums' numbers.
     source_hands = rows_at(bank, cut, HANDS, HANDS_COLUMNS)  # the client reads a message as its bytes, an enum as its number
     assert mirrored(at_cut[HANDS].select(*HANDS_COLUMNS).collect()) == source_hands
     assert (4, card("new", 0), 1, (card("x", 5),), (1, 2)) in source_hands and (3, card("c3", 3), 2, (card("x", 4),), (1, 2)) in source_hands
+    notes = rows_at(bank, cut, HANDS, ["Id", "Note"])
+    assert {tuple(r) for r in at_cut[HANDS].select("Id", "Note").collect()} == notes and (2, "noted") in notes and (3, None) in notes
     last_seen = {(i, f"city-{i}", 200 + i if i < 3 else i) for i in range(30)}
     for table in LEAVING:  # as the stream last saw them, their last changes included
         assert {tuple(r) for r in at_cut[table].select(*BRANCHES).collect()} == last_seen, table
@@ -225,6 +238,13 @@ def test_tables_joining_leaving_renamed_and_reshaped_mid_stream_and_a_drifted_mi
     assert recorded[0]["shapes"][RESHAPED] != recorded[1]["shapes"][RESHAPED]
     assert [r["frozen"] for r in recorded] == [frozen, frozen]
     check_history_at_cut(lake, cut)  # its history starts from the snapshot too
+    # Hands' history kept its past through its added column: at the stream's start it is that cut's
+    # mirror, with Note NULL in every version.
+    start = lake.cuts()[0]
+    then = lake.mirrors_at_cut(start)[HANDS]
+    past = history_at(lake.history_table(HANDS).read(spark), start)
+    assert past.count() == 8 and mirrored(past.select(*then.columns).collect()) == mirrored(then.collect())
+    assert past.where("Note IS NOT NULL").count() == 0
     reshaped_history_is_the_source_at_every_cut(lake, bank)
 
     # Drift: rows deleted from the Accounts mirror by hand, in the version its cut records.
