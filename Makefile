@@ -58,6 +58,7 @@ bench: setup
 	$(PY) bench/sensor_scale.py
 	$(PY) bench/reader_memory.py
 	$(PY) bench/snapshot_throughput.py
+	$(PY) bench/add_column.py
 	$(PY) bench/lake_storage.py
 	$(PY) bench/freshness.py
 	$(PY) bench/metrics_scrape.py
