@@ -382,13 +382,21 @@ def test_a_paused_run_resumed_while_its_relaunch_is_below_its_chunk_and_after_a_
             markers = pause_runs_holding_rows(bank_stream, loop, tmp_path, processes, 3, **paused_run)
             key, paused = next(iter(markers.items()))
             victim = processes[key]
-            for other in (k for k in markers if k != key):  # one paused run is this test
+            for other in (k for k in markers if k != key):  # one paused run is this test; the others end as dead runs do
                 os.killpg(processes[other].pid, signal.SIGKILL)
+                processes[other].wait()
+                dagster_instance.report_run_failed(dagster_instance.get_run_by_id(store.get_by_key(other).owner), "presumed dead by the test")
             owner = store.get_by_key(key).owner
             dagster_instance.report_run_failed(dagster_instance.get_run_by_id(owner), "presumed dead by the test")
             relaunch_marker = tmp_path / f"{key}.relaunch.json"
             relaunch = spawn("run", key, "between_chunks", str(relaunch_marker), "2", **relaunch_run)
-            below = wait_for(relaunch_marker, 120)
+            # Once the relaunch owns the partition the sensor leaves it alone, and the loop reads the
+            # other partitions while the relaunch lands: the stream's later generations do not pile
+            # up for the end.
+            wait_until(lambda: store.get_by_key(key).owner != owner or relaunch.poll() is not None, 120, "the relaunch taking the partition", poll_s=0.1)
+            loop.run_until(lambda: relaunch_marker.exists() or relaunch.poll() is not None, timeout_s=120, drain=False)
+            below = wait_for(relaunch_marker, 5)
+            stop.set()  # what follows needs no more writes
             late_chunk_end = datetime.fromisoformat(paused["watermark"])
             assert len(below["with_rows"]) == 2 and datetime.fromisoformat(below["watermark"]) < late_chunk_end, (below, paused)
             taken = store.get_by_key(key)
@@ -401,7 +409,6 @@ def test_a_paused_run_resumed_while_its_relaunch_is_below_its_chunk_and_after_a_
             os.killpg(relaunch.pid, signal.SIGKILL)  # the relaunch dies below the late chunk
             relaunch.wait()
             dagster_instance.report_run_failed(dagster_instance.get_run_by_id(taken.owner), "presumed dead by the test")
-            stop.set()
             loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=240, drain=False)
         finally:
             for process in [*processes.values(), relaunch]:
