@@ -124,7 +124,7 @@ def watched_tables(database: Database, stream: str, read_timestamp: datetime | N
 def watched_tables_and_shapes(
     database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0
 ) -> tuple[list[WatchedTable], dict[str, str]]:
-    """:func:`watched_tables` and :func:`watched_table_shapes` from one read of the schema (what a
+    """:func:`watched_tables` and each table's :func:`shape` from one read of the schema (what a
     snapshot records of the tables it reads)."""
     schema = _read_schema(database, _MEMBERSHIP_VIEWS + ("columns", "index_columns"), read_timestamp, timeout_s)
     keys = {(qualified(r), r["column_name"]) for r in schema["index_columns"] if _user(r) and r["index_type"] == "PRIMARY_KEY"}
@@ -135,24 +135,18 @@ def watched_tables_and_shapes(
     return tables, _shapes(database, stream, schema)
 
 
-def watched_table_shapes(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> dict[str, str]:
-    """Per table ``stream`` watches at ``read_timestamp``, a short digest of its watched columns'
-    names and Spanner types as INFORMATION_SCHEMA spells them, lengths left out (no type is mapped,
-    so any column reads): it changes when a watched column is dropped, added or retyped, which no
-    change record says (``lake_steps``), not when a length or a vector length changes, which the
-    mirror's types do not hold. Five of :func:`watched_tables`' six reads."""
-    return {table: shape(columns) for table, columns in watched_column_types(database, stream, read_timestamp, timeout_s).items()}
-
-
 def watched_column_types(database: Database, stream: str, read_timestamp: datetime | None = None, timeout_s: float = 30.0) -> dict[str, dict[str, str]]:
-    """Per table ``stream`` watches at ``read_timestamp``, its watched columns' Spanner types as
-    :func:`shape` digests them (lengths left out), by name: what tells a column added from one
-    dropped or retyped. The reads of :func:`watched_table_shapes`."""
+    """Per table ``stream`` watches at ``read_timestamp``, its watched columns' names and Spanner
+    types as INFORMATION_SCHEMA spells them, lengths left out (no type is mapped, so any column
+    reads): what :func:`shape` digests, and what tells a column added from one dropped or retyped.
+    Five of :func:`watched_tables`' six reads."""
     return _column_types(database, stream, _read_schema(database, _MEMBERSHIP_VIEWS + ("columns",), read_timestamp, timeout_s))
 
 
 def shape(columns: Mapping[str, str]) -> str:
-    """The digest of a table's watched columns (:func:`watched_column_types`)."""
+    """A short digest of a table's watched columns (:func:`watched_column_types`): it changes when a
+    watched column is dropped, added or retyped, which no change record says (``lake_steps``), not
+    when a length or a vector length changes, which the mirror's types do not hold."""
     return hashlib.sha256(json.dumps(sorted(columns.items())).encode()).hexdigest()[:16]
 
 
@@ -170,7 +164,7 @@ def _shapes(database: Database, stream: str, schema: dict[str, list[dict]]) -> d
 def _watched_column_rows(database: Database, stream: str, schema: dict[str, list[dict]], keys: set[tuple[str, str]] | None) -> dict[str, list[dict]]:
     """Per watched table (sorted), the ``columns`` rows of the columns its records carry: its
     primary key (``keys``), and the chosen columns that are not generated. With ``keys`` None, a key
-    a column list leaves out is left out here too: :func:`watched_table_shapes` needs no key, since
+    a column list leaves out is left out here too: :func:`watched_column_types` needs no key, since
     Spanner drops or retypes no key column."""
     watched = _watched_columns(database, stream, schema)
     rows: dict[str, list[dict]] = {table: [] for table in sorted(watched)}

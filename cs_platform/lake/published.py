@@ -40,7 +40,7 @@ class PublishedCut:
     the mirrors of tables the stream no longer watches (taken out of it, dropped, or renamed), each
     with the first cut that found it so: such a mirror keeps its last rows, at the version the cut
     names, and no later change reaches it. ``shapes`` holds, per live mirror, the digest of its
-    table's watched columns its rows have (``catalog.watched_table_shapes``): a table whose digest
+    table's watched columns its rows have (``catalog.shape``): a table whose digest
     at a cut differs was reshaped by DDL, and is read whole at that cut (``lake_steps``)."""
 
     cut: datetime

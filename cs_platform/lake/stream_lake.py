@@ -366,7 +366,9 @@ class Lake:
 
     def _widen(self, widened: dict[str, dict[str, dict]], record: str) -> dict[str, int]:
         """Add each table's new columns to its mirror and history table (one fenced group of
-        writes); returns the mirrors' new versions."""
+        writes); returns the mirrors' new versions. Most cuts widen nothing, and pay nothing here."""
+        if not widened:
+            return {}
         writes = []
         for table, columns in widened.items():
             writes.append(partial(ensure_columns, self.spark, self.mirror(table), columns))
