@@ -244,7 +244,7 @@ def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-def pause_runs_holding_rows(bank_stream, loop, tmp_path: Path, processes: dict, timestamps: int = 1, **settings: str) -> dict[str, dict]:
+def pause_runs_holding_rows(bank_stream, loop, tmp_path: Path, processes: dict, timestamps: int, **settings: str) -> dict[str, dict]:
     """Start a ``paused`` run for every live partition, in rounds, until one of them stopped itself
     holding rows of ``timestamps`` commit timestamps or more; the others end as runs do (a partition
     ends with no rows after its last run's landing: only the child partitions' record was left).
@@ -266,80 +266,6 @@ def pause_runs_holding_rows(bank_stream, loop, tmp_path: Path, processes: dict, 
             assert all(processes[key].returncode == 0 for key in processes if key not in paused), "a run that did not pause failed"
             return paused
     raise AssertionError("no run held rows in 10 rounds of live partitions: the writer was idle?")
-
-
-@pytest.mark.heavy
-def test_a_paused_run_resumed_after_its_relaunch_was_ingested_moves_no_watermark_and_loses_nothing(
-    bank_stream, dagster_instance, spark, tmp_path, monkeypatch
-):
-    """Fencing (DESIGN invariant 11). Reader runs stop themselves with SIGSTOP after the run's
-    given-up check and before a landing, the window no such check can close. The sensor presumes
-    them dead after stale_run_seconds and re-launches their partitions, whose runs take them, land
-    past the paused chunks, and are ingested by a cut of the lake. Resumed with SIGCONT, each paused
-    run lands its chunk late (a file named from the watermark it started at) and is refused when
-    it persists: it fails naming the fencing, and the watermark and owner stay its re-launch's.
-    Then every committed mod reaches the changelog once, and the first, middle and last cuts are the
-    source's bank."""
-    monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "0.5")  # a first chunk at once
-    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=stale_run_seconds())
-    store = bank_stream.store
-    lake = Lake(spark, str(tmp_path / "lake" / "BankStream"), history=HistoryPolicy(None))
-    landing = LandingStore(str(bank_stream.landing_root))
-
-    def cut() -> None:  # what a lake run does at each cut (lake_steps.advance_lake)
-        assert advance_lake(lake, landing, store, bank_stream.target, "BankStream") is not None
-    processes: dict = {}
-    with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
-        loop.run_for(4)
-        try:
-            markers = pause_runs_holding_rows(bank_stream, loop, tmp_path, processes)
-            victims = {key: store.get_by_key(key) for key in markers}
-            processes = {key: processes[key] for key in markers}
-            owners = {key: p.owner for key, p in victims.items()}  # the paused runs took their partitions
-            assert all(owners[key] for key in victims)
-
-            def relaunched() -> bool:
-                now = {key: store.get_by_key(key) for key in victims}
-                return all(
-                    p.owner != owners[key]
-                    and (p.state is PartitionState.FINISHED or p.watermark >= datetime.fromisoformat(markers[key]["watermark"]))
-                    for key, p in now.items()
-                )
-
-            loop.run_until(relaunched, timeout_s=180, drain=False)  # presumed dead, re-launched, read past the pause
-            cut()  # the snapshot, then a cut that ingests the re-launches' files
-            fenced = {key: store.get_by_key(key) for key in victims}
-            for process in processes.values():
-                os.kill(process.pid, signal.SIGCONT)
-            deadline = Deadline(120)
-            while any(process.poll() is None for process in processes.values()):
-                assert not deadline.expired(), f"a resumed run neither persisted nor stopped ({deadline.describe()})"
-                loop.run_for(0.5)
-        finally:
-            for process in processes.values():
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
-        for key, process in processes.items():
-            assert process.returncode == 1, f"the resumed run of {key} did not fail"
-            assert (tmp_path / f"{key}.late").exists(), f"the resumed run of {key} did not land its chunk"
-            events = [e.dagster_event for e in dagster_instance.all_logs(owners[key]) if e.dagster_event]
-            [failure] = [e for e in events if e.is_step_failure]
-            assert "no longer owns partition" in str(failure.event_specific_data), str(failure.event_specific_data)
-            after = store.get_by_key(key)
-            assert after.owner == fenced[key].owner != owners[key]  # the re-launch still owns it
-            assert after.watermark >= fenced[key].watermark  # moved by the re-launch alone, if at all
-        stop.set()
-        loop.run_until(bank_stream.caught_up(writer, workload), timeout_s=180, drain=False)
-    writer.join()
-    late_rows = sum(m["rows"] for m in markers.values())
-    cut()
-    cuts = lake.cuts()
-    assert cuts[-1] >= workload.committed[-1].commit_timestamp
-    mods, repeated = changelog_mods(lake, cuts[-1])
-    assert repeated == 0 and mods == committed(workload, cuts[-1], cuts[0])
-    for cut in spread(cuts):
-        check_bank_cut(lake, bank_stream.bank, cut)
-    print(f"fencing: {len(victims)} runs paused, {late_rows} rows landed late, {len(cuts)} cuts checked")
 
 
 @pytest.mark.heavy
