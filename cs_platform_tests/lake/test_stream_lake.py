@@ -19,9 +19,9 @@ from cs_platform_tests.lake.readers import check_readers_agree
 from cs_platform_tests.landing.test_store import readable_by_others
 
 # The tests that compare commit timestamps with cuts, read a TIMESTAMP back or write their own run
-# east and west of UTC (PySpark hands back naive local datetimes); the others, about what a cut
-# writes, in the suite's zone (west) only.
-east_and_west = pytest.mark.usefixtures("local_time_zone")
+# east of UTC (PySpark hands back naive local datetimes); the suite itself, and so every other lake
+# test and every lake run, runs west of it.
+east_of_utc = pytest.mark.usefixtures("local_time_zone")
 
 T0 = datetime(2026, 11, 22, 12, tzinfo=timezone.utc)
 US = timedelta(microseconds=1)
@@ -71,7 +71,7 @@ def lake(spark, tmp_path):
     return Lake(spark, str(tmp_path / "lake")), LandingStore(str(tmp_path / "landing"))
 
 
-@east_and_west
+@east_of_utc
 def test_transaction_spread_over_partitions_is_applied_only_when_complete_and_under_the_cut(lake):
     lake, store = lake
     t0, t1 = T0, T0 + timedelta(seconds=1)
@@ -117,7 +117,7 @@ def test_transaction_spread_over_partitions_is_applied_only_when_complete_and_un
     assert readable_by_others(lake.root) == []
 
 
-@east_and_west
+@east_of_utc
 def test_mirror_semantics_patch_delete_reinsert_many_changes_and_new_columns(lake):
     lake, store = lake
     ts = [T0 + timedelta(seconds=i) for i in range(6)]
@@ -206,7 +206,7 @@ def test_an_untyped_value_stops_the_cut_naming_transaction_table_column_and_valu
     assert not any(lake.mirror(t).exists() for t in ("Accounts", "Transfers"))
 
 
-@east_and_west  # and the quarantine's own timestamps (test_spark_connect runs it east of UTC)
+@east_of_utc  # and the quarantine's own timestamps (test_spark_connect runs it east of UTC)
 def test_quarantine_sets_the_whole_transaction_aside_and_applies_the_rest(spark, tmp_path):
     lake, store = Lake(spark, str(tmp_path / "lake"), untyped_policy="quarantine"), LandingStore(str(tmp_path / "landing"))
     cut = poisoned(store)
@@ -230,7 +230,7 @@ def ingest_one_account(lake, store, committed) -> None:
     lake.changelog.ingest(store.files("BankStream"))
 
 
-@east_and_west
+@east_of_utc
 def test_a_first_cut_with_nothing_under_it_records_nothing(lake):
     lake, store = lake
     later = T0 + timedelta(seconds=5)
@@ -239,7 +239,7 @@ def test_a_first_cut_with_nothing_under_it_records_nothing(lake):
     assert lake.apply_cut(later).applied and lake.cuts() == [later]
 
 
-@east_and_west
+@east_of_utc
 def test_a_cut_with_nothing_committed_since_the_last_reads_no_changelog_file(lake):
     lake, store = lake
     later = T0 + timedelta(seconds=5)
