@@ -68,8 +68,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # session and keeps Spark's defaults: there C2 pays (13 cut tests and the maintenance test in one
 # JVM: 420 CPU-s at the defaults, 468 with these options). Spark's own place for such settings:
 # spark-defaults.conf in SPARK_CONF_DIR.
+# The session's JVM takes the serial collector too: the three session JVMs were 1,148 of the 2,504
+# CPU-seconds a fresh clone's suite used (sampled per process), and the maintenance test's work in
+# one took 118.5 CPU-s with the default G1, 107.9 with the serial collector (106.2 with the
+# parallel one), the same work in the same run: G1's concurrent threads cost more than they save
+# on a heap of small tables.
 SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-SESSION_JVM_OPTIONS = "-XX:+TieredCompilation"  # the JVM's default, set so the file above does not apply
+SESSION_JVM_OPTIONS = "-XX:+TieredCompilation -XX:+UseSerialGC"  # C2 as by default, set so the file above does not apply
 # Every Spark of the suite (its session, the runs', the cluster's, Spark Connect's) evaluates
 # expressions interpreted, not through generated code: the tests' tables hold tens of rows, and a
 # small cut's CPU went mostly to writing Java source per task and compiling it (in a profile of
