@@ -1,0 +1,98 @@
+"""Where a machine's CPU goes, process by process, while something runs beside it (the test suite).
+
+``bench/suite_cpu.py`` attributes CPU to tests from the pytest workers' process trees, and cannot see
+a process that lived and died under another parent: the runs a sensor loop's fork server forks, a
+Spark JVM started through ``spark-class``. This samples every process on the machine once a second
+(its CPU so far, keyed by pid and start time, so a reused pid is another process) and, stopped with
+SIGTERM or SIGINT, writes one line per process it saw; ``report`` sums them by kind. A process that
+lived less than a second between two samples is missed, and one already running at the start counts
+from the first sample: compare the total with the machine's (``/proc/stat``) over the same run.
+
+    .venv/bin/python bench/process_cpu.py sample .bench/process_cpu.tsv &   # then run the suite; kill %1
+    .venv/bin/python bench/process_cpu.py report .bench/process_cpu.tsv
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+# What a process is, by its command line (a Spark JVM is first seen as the bash of spark-class).
+KINDS = (
+    ("spark.app.name=cs_platform_tests ", "Spark: the test session's JVM"),
+    ("connect.service", "Spark: the Spark Connect server"),
+    ("CoarseGrainedExecutorBackend", "Spark: a cluster's executor"),
+    ("deploy.master", "Spark: a cluster's master or worker"),
+    ("deploy.worker", "Spark: a cluster's master or worker"),
+    ("SparkSubmit", "Spark: a lake run's or a test process's driver"),
+    ("pyspark.daemon", "Spark: Python workers (the snapshot's reads)"),
+    ("emulator_main", "the Spanner emulator"),
+    ("forkserver", "a sensor loop's fork server, its workers and their runs"),
+    ("watch_orphans", "Dagster's compute-log watchers"),
+    ("cs_platform_tests.defs.processes", "the tests' own processes (runs, loops, lake runs, cleanup)"),
+    ("import sys;exec(eval(sys.stdin.readline()))", "the pytest workers"),
+    ("-m pytest", "pytest"),
+    ("dagster", "Dagster's processes (dagster dev, daemon, code servers, webserver, their runs)"),
+    ("postgres", "PostgreSQL"),
+    ("chrom", "Chromium"),
+    ("pip", "set-up (pip)"),
+)
+
+
+def kind(name: str, command: str) -> str:
+    return next((label for marker, label in KINDS if marker in command or marker in name), f"other: {name}")
+
+
+def sample(out: Path) -> None:
+    started = float(Path("/proc/uptime").read_text().split()[0]) * _TICKS
+    seen: dict[tuple[int, int], list] = {}  # (pid, start) -> [name, command, cpu at first sight, cpu now]
+    stop = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.append(True))
+    while not stop:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # ended since the listing
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            cpu, start = (int(fields[11]) + int(fields[12])) / _TICKS, int(fields[19])
+            known = seen.setdefault((int(entry), start), [stat[stat.index("(") + 1 : stat.rindex(")")], command, cpu, cpu])
+            known[3] = cpu
+            if command and "spark-class" in known[1] and "spark-class" not in command:
+                known[1] += " " + command  # spark-class exec'd its JVM: keep both names
+        time.sleep(1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as tsv:
+        for (pid, start), (name, command, first, last) in seen.items():
+            used = last if start > started else last - first  # started before the sampler: from its first sample
+            tsv.write(f"{pid}\t{name}\t{used:.2f}\t{' '.join(command.split())[:2000]}\n")
+
+
+def report(tsv: Path, top: int) -> None:
+    by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for line in tsv.read_text().splitlines():
+        _, name, used, command = line.split("\t", 3)
+        by_kind[kind(name, command)][0] += float(used)
+        by_kind[kind(name, command)][1] += 1
+    print(f"cpu_s_sampled: {sum(used for used, _ in by_kind.values()):.0f}")
+    for label, (used, count) in sorted(by_kind.items(), key=lambda item: -item[1][0])[:top]:
+        print(f"cpu_s {label}: {used:.0f} ({count} processes)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("sample", "report"))
+    parser.add_argument("tsv", type=Path, nargs="?", default=Path(".bench/process_cpu.tsv"))
+    parser.add_argument("--top", type=int, default=20)
+    arguments = parser.parse_args()
+    sample(arguments.tsv) if arguments.mode == "sample" else report(arguments.tsv, arguments.top)
