@@ -51,7 +51,7 @@ def kind(name: str, command: str) -> str:
 
 def sample(out: Path) -> None:
     started = float(Path("/proc/uptime").read_text().split()[0]) * _TICKS
-    seen: dict[tuple[int, int], list] = {}  # (pid, start) -> [name, command, cpu at first sight, cpu now]
+    seen: dict[tuple[int, int], list] = {}  # (pid, start) -> [name, first command, command, cpu at first sight, cpu now]
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(True))
@@ -66,16 +66,18 @@ def sample(out: Path) -> None:
                 continue
             fields = stat[stat.rindex(")") + 2 :].split()
             cpu, start = (int(fields[11]) + int(fields[12])) / _TICKS, int(fields[19])
-            known = seen.setdefault((int(entry), start), [stat[stat.index("(") + 1 : stat.rindex(")")], command, cpu, cpu])
-            known[3] = cpu
-            if command and "spark-class" in known[1] and "spark-class" not in command:
-                known[1] += " " + command  # spark-class exec'd its JVM: keep both names
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            known = seen.setdefault((int(entry), start), [name, command, command, cpu, cpu])
+            # A process may exec another program (spark-class its JVM, a shell its command): the
+            # name is the latest, the command line both the first and the latest.
+            known[0], known[2], known[4] = name, command or known[2], cpu
         time.sleep(1)
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w") as tsv:
-        for (pid, start), (name, command, first, last) in seen.items():
+        for (pid, start), (name, first_command, command, first, last) in seen.items():
             used = last if start > started else last - first  # started before the sampler: from its first sample
-            tsv.write(f"{pid}\t{name}\t{used:.2f}\t{' '.join(command.split())[:2000]}\n")
+            commands = first_command if command == first_command else f"{first_command} {command}"
+            tsv.write(f"{pid}\t{name}\t{used:.2f}\t{' '.join(commands.split())[:4000]}\n")
 
 
 def report(tsv: Path, top: int) -> None:
