@@ -15,13 +15,12 @@ from the first sample: compare the total with the machine's (``/proc/stat``) ove
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import time
 from collections import defaultdict
 from pathlib import Path
 
-_TICKS = os.sysconf("SC_CLK_TCK")
+from suite_cpu import CLOCK_TICKS, process_stats  # its sibling: this runs as a script from bench/
 
 # What a process is, by its command line (a Spark JVM is first seen as the bash of spark-class).
 KINDS = (
@@ -50,24 +49,18 @@ def kind(name: str, command: str) -> str:
 
 
 def sample(out: Path) -> None:
-    started = float(Path("/proc/uptime").read_text().split()[0]) * _TICKS
+    started = float(Path("/proc/uptime").read_text().split()[0]) * CLOCK_TICKS
     seen: dict[tuple[int, int], list] = {}  # (pid, start) -> [name, first command, command, cpu at first sight, cpu now]
     stop = []
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.append(True))
     while not stop:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+        for pid, (_, name, cpu, start) in process_stats().items():
             try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-                command = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:  # ended since the listing
                 continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            cpu, start = (int(fields[11]) + int(fields[12])) / _TICKS, int(fields[19])
-            name = stat[stat.index("(") + 1 : stat.rindex(")")]
-            known = seen.setdefault((int(entry), start), [name, command, command, cpu, cpu])
+            known = seen.setdefault((pid, start), [name, command, command, cpu, cpu])
             # A process may exec another program (spark-class its JVM, a shell its command): the
             # name is the latest, the command line both the first and the latest.
             known[0], known[2], known[4] = name, command or known[2], cpu
@@ -84,8 +77,9 @@ def report(tsv: Path, top: int) -> None:
     by_kind: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for line in tsv.read_text().splitlines():
         _, name, used, command = line.split("\t", 3)
-        by_kind[kind(name, command)][0] += float(used)
-        by_kind[kind(name, command)][1] += 1
+        totals = by_kind[kind(name, command)]
+        totals[0] += float(used)
+        totals[1] += 1
     print(f"cpu_s_sampled: {sum(used for used, _ in by_kind.values()):.0f}")
     for label, (used, count) in sorted(by_kind.items(), key=lambda item: -item[1][0])[:top]:
         print(f"cpu_s {label}: {used:.0f} ({count} processes)")

@@ -28,11 +28,12 @@ import pytest
 # Not a CS_PLATFORM_ name: every process of the suite would warn of it as an unknown setting.
 TSV = Path(os.environ.get("SUITE_CPU_TSV", ".bench/suite_cpu.tsv"))
 PARTS = ("python", "jvm", "descendants", "reaped")
-_TICKS = os.sysconf("SC_CLK_TCK")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _processes() -> dict[int, tuple[int, str, float]]:
-    """pid -> (parent pid, command name, CPU seconds so far), from /proc."""
+def process_stats() -> dict[int, tuple[int, str, float, int]]:
+    """pid -> (parent pid, command name, CPU seconds so far, start in clock ticks after boot) of
+    every process, from /proc (``bench/process_cpu.py`` samples it too)."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -43,8 +44,13 @@ def _processes() -> dict[int, tuple[int, str, float]]:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
-        found[int(entry)] = (int(fields[1]), name, (int(fields[11]) + int(fields[12])) / _TICKS)
+        found[int(entry)] = (int(fields[1]), name, (int(fields[11]) + int(fields[12])) / CLOCK_TICKS, int(fields[19]))
     return found
+
+
+def _processes() -> dict[int, tuple[int, str, float]]:
+    """pid -> (parent pid, command name, CPU seconds so far)."""
+    return {pid: (parent, name, cpu) for pid, (parent, name, cpu, _) in process_stats().items()}
 
 
 def _descendants(processes: dict[int, tuple[int, str, float]], root: int) -> list[int]:
