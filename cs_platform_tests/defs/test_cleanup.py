@@ -28,6 +28,13 @@ def asset(defs, *key: str):
     return [a for a in defs.assets if AssetKey(list(key)) in a.keys]
 
 
+def kept_by_cleanup(rows) -> set[str]:
+    """The metadata rows cleanup must never delete, by the design's rule (written here, not taken
+    from the store, so the test checks it): the initial partition and every parent of an
+    unfinished row."""
+    return {INITIAL_PARTITION_TOKEN} | {t for p in rows if p.state is not PartitionState.FINISHED for t in p.parent_tokens}
+
+
 @pytest.mark.heavy
 def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_stream, dagster_instance, spark, spanner_front, tmp_path, monkeypatch):
     # Two partitions by key range that split and merge every 15 s, not the emulator's churn every
@@ -68,9 +75,8 @@ def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_
         the initial partition had finished: the metadata step then deleted nothing and the test
         waited 90 s for its marker."""
         rows = store.all() if store.table_exists() else []
-        parents = {t for p in rows if p.state is not PartitionState.FINISHED for t in p.parent_tokens}
-        removable = [p for p in rows if p.state is PartitionState.FINISHED and p.token not in parents | {INITIAL_PARTITION_TOKEN}]
-        return bool(removable) and len(landing.files("BankStream")) >= 2
+        spared = kept_by_cleanup(rows)
+        return any(p.state is PartitionState.FINISHED and p.token not in spared for p in rows) and len(landing.files("BankStream")) >= 2
 
     with SensorLoop(build_definitions, dagster_instance, bank_stream.sensor) as loop:
         loop.run_until(some_removable_and_landed, timeout_s=120, drain=False)
@@ -109,8 +115,7 @@ def test_cleanup_removes_only_what_is_safe_and_every_step_survives_sigkill(bank_
     assert report["landing_files_removed"].value == len(files) - len(kept) - 1  # one went in the killed pass
     assert sorted(landing.files("BankStream")) == sorted(kept)
     rows = store.all()
-    live = [p for p in rows if p.state is not PartitionState.FINISHED]
-    needed = {INITIAL_PARTITION_TOKEN} | {t for p in live for t in p.parent_tokens}
+    needed = kept_by_cleanup(rows)
     assert all(p.state is not PartitionState.FINISHED or p.token in needed for p in rows)
     assert len(rows) < before[0]
     assert set(dagster_instance.get_dynamic_partitions(PARTITIONS)) <= {p.key for p in rows}
