@@ -221,10 +221,17 @@ def _spark_forgets_the_test(request) -> Iterator[None]:
     spark.catalog.clearCache()
 
 
+# The tests' instances capture no step's stdout and stderr: Dagster's default compute log manager
+# starts a `tail -F` and a Python watcher process for each stream of each step, about 1,000 Python
+# processes in a run of the suite (0.05 CPU-s a step); the tests read a run's events, never its
+# captured output, and a step's output still reaches pytest's own capture.
+TEST_INSTANCE_OVERRIDES = {"compute_logs": {"module": "dagster._core.storage.noop_compute_log_manager", "class": "NoOpComputeLogManager"}}
+
+
 @pytest.fixture
 def dagster_instance():
     """A real Dagster instance (sqlite in a temp dir; DAGSTER_HOME points at it for subprocesses)."""
-    with instance_for_test() as instance:
+    with instance_for_test(overrides=TEST_INSTANCE_OVERRIDES) as instance:
         yield instance
 
 

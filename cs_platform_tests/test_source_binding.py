@@ -22,6 +22,7 @@ from cs_platform.landing.source import SourceMismatchError
 from cs_platform.landing.store import LandingStore
 from cs_platform.stream.lake_steps import advance_lake
 from cs_platform.stream.state import source_identity
+from cs_platform_tests.conftest import TEST_INSTANCE_OVERRIDES
 
 
 def test_a_second_source_is_refused_by_landing_and_lake_and_nothing_is_dropped(bank_stream, dagster_instance, spark, tmp_path, monkeypatch):
@@ -45,7 +46,7 @@ def test_a_second_source_is_refused_by_landing_and_lake_and_nothing_is_dropped(b
         writer = BankWorkload(bank_b)
         writing = threading.Thread(target=writer.run_until, args=(start + timedelta(seconds=6), 20), daemon=True)
         writing.start()
-        with instance_for_test() as instance_b, SensorLoop(build_definitions, instance_b, bank_stream.sensor) as loop:
+        with instance_for_test(overrides=TEST_INSTANCE_OVERRIDES) as instance_b, SensorLoop(build_definitions, instance_b, bank_stream.sensor) as loop:
             # The first tick initializes B's metadata table, then finds the landing root is A's.
             with pytest.raises(Exception, match="belongs to") as refused:
                 loop.tick()
