@@ -21,10 +21,13 @@ from cs_platform_tests.lake.readers import check_history_at_cut
 
 MIRRORS = AssetKey(["bank_stream", "mirrors"])
 HISTORY = AssetKey(["bank_stream", "history"])
-# The lake run cuts at the default interval (3 s) while the low watermark moves: a report covers one
-# cut or more. At 1 s it cut back to back all through the window, most of them cuts of no new
-# commit (the writes stop after 15 s), each a Spark job or more in a suite that is short of CPU.
+# The lake run cuts while the low watermark moves, about six times in its window (the default 3 s on
+# a quiet machine, longer under load, where the window grows): a report covers one cut or more. At
+# 1 s, and then at 3 s in a window grown to 60 s, it cut back to back all through the window, most
+# of them cuts of no new commit (the writes stop after 15 s), each a round of Spark jobs in a suite
+# that is short of CPU.
 REPORT_EVERY_S = 4
+CUTS_PER_WINDOW = 6
 
 
 def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stream, dagster_instance, spark, monkeypatch, tmp_path):
@@ -43,6 +46,7 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     # 15 s: the cuts after them (nothing new committed) publish the same versions with no MERGE, so
     # a loaded machine gets a longer window, not more work to load it further.
     window_s = min(90.0, 20 * max(1.0, load_per_core()))
+    monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", str(max(3.0, window_s / CUTS_PER_WINDOW)))
     # A bound, far off: the run ends once the finished stream's end is applied.
     monkeypatch.setenv("CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS", str(window_s + 300))
     runs = []
