@@ -44,10 +44,6 @@ from cs_platform.landing.store import LandingStore
 # then 8-16 s, in CI on 2026-11-29 at a load of 10 or so, the runs never caught up in 30 minutes (a
 # fresh clone the day before: 932 s and 1,068 s).
 WRITE_SECONDS = 20
-# The lake runs cut every 10 s, not every 3 s (the default): they cut on the cluster all the while the
-# writer writes and the readers catch up, several minutes, and each cut is a round of Spark jobs on
-# the executor. The test needs the snapshot and cuts of the writes, not dozens of them.
-CUT_INTERVAL_SECONDS = 10
 
 
 def has_split_and_merged(store: PartitionMetadataStore) -> bool:
@@ -101,8 +97,7 @@ def task_executors(event_logs) -> dict[str, set[str]]:
 
 @pytest.mark.heavy
 @pytest.mark.xdist_group("processes")
-def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_path, spark, gcs_endpoint, monkeypatch):
-    monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", str(CUT_INTERVAL_SECONDS))  # the daemon's run processes inherit it
+def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_path, spark, gcs_endpoint):
     with production_stack(
         tmp_path, accounts=10, before_start=100, gcs=gcs_endpoint, metrics_port=free_loopback_port()
     ) as stack:
