@@ -48,14 +48,9 @@ def process_stats() -> dict[int, tuple[int, str, float, int]]:
     return found
 
 
-def _processes() -> dict[int, tuple[int, str, float]]:
-    """pid -> (parent pid, command name, CPU seconds so far)."""
-    return {pid: (parent, name, cpu) for pid, (parent, name, cpu, _) in process_stats().items()}
-
-
-def _descendants(processes: dict[int, tuple[int, str, float]], root: int) -> list[int]:
+def _descendants(processes: dict[int, tuple[int, str, float, int]], root: int) -> list[int]:
     children = defaultdict(list)
-    for pid, (parent, _, _) in processes.items():
+    for pid, (parent, *_) in processes.items():
         children[parent].append(pid)
     found, todo = [], [root]
     while todo:
@@ -66,10 +61,10 @@ def _descendants(processes: dict[int, tuple[int, str, float]], root: int) -> lis
 
 
 def _sample() -> tuple[float, float, float, dict[int, float], float]:
-    processes, me = _processes(), os.getpid()
+    processes, me = process_stats(), os.getpid()
     jvm, others = 0.0, {}
     for pid in _descendants(processes, me):
-        parent, name, cpu = processes[pid]
+        parent, name, cpu, _ = processes[pid]
         if name == "java" and parent == me:
             jvm += cpu
         else:
