@@ -14,8 +14,9 @@ runs executing concurrently in one process. Workers rebuild the definitions with
 Workers are forked from a ``forkserver`` that imported Dagster and the code location once: a worker
 only builds the definitions and opens the instance (about 0.5 CPU-s), where ``spawn`` re-imported
 everything in each (1.5-2 s of CPU per worker; the test suite starts over a hundred). Not a plain
-``fork``: this process has threads (gRPC's, Spark's gateway) that a fork would copy mid-lock. The server keeps the environment it started with, so each
-worker takes this process's environment as its own first.
+``fork``: this process has threads (gRPC's, Spark's gateway) that a fork would copy mid-lock. The
+server keeps the environment it started with, so each worker takes this process's environment as
+its own first.
 """
 
 from __future__ import annotations
