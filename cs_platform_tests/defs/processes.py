@@ -12,7 +12,9 @@ or, for ``paused``, stops itself with SIGSTOP between that check and the landing
 whose rows hold N commit timestamps or more, writing MARKER first; resumed (SIGCONT), it lands the
 chunk, writes MARKER.late, and goes on to persist its watermark. A ``paused`` run whose partition
 gets no such chunk before it ends or yields never pauses: it ends as any run does, and writes no
-MARKER. N is an optional last argument, 1 if not given.
+MARKER. N is an optional last argument, 1 if not given. A ``before_children`` run stops itself
+(SIGSTOP) as it is about to record the first child partitions its partition announces, writing MARKER
+(its pid, the partition, the children) first; resumed, it goes on to record them.
 ``python -m cs_platform_tests.defs.processes drained KEY MARKER``: one run of the reader job for
 partition KEY, unchanged but for writing MARKER (its pid and the watermark persisted) once its first
 chunk landed and its watermark was persisted; the test then terminates it (SIGTERM), and the run drains.
@@ -85,6 +87,7 @@ def _run_until_killed() -> None:
 
 def _crashing_run(partition_key: str, point: str, marker: Path, n: int = 1) -> None:
     land, persist, check = LandingStore.write, PartitionMetadataStore.record_progress, reading.stop_if_presumed_dead
+    announce = PartitionMetadataStore.add_children
     last: dict = {"with_rows": []}  # the landings that wrote rows, in order
 
     def stop_dead(landed, **more) -> None:
@@ -134,8 +137,16 @@ def _crashing_run(partition_key: str, point: str, marker: Path, n: int = 1) -> N
             last["resumed"] = True
         return check(instance, run_id, stopping)
 
+    def add_children(self, record, end, heartbeat_millis, owner=None):
+        if point == "before_children" and "paused" not in last:
+            last["paused"] = {"pid": os.getpid(), "partition": record.partition_token, "children": [c.token for c in record.child_partitions]}
+            marker.write_text(json.dumps(last["paused"]))
+            os.kill(os.getpid(), signal.SIGSTOP)  # until the test sends SIGCONT
+        return announce(self, record, end, heartbeat_millis, owner)
+
     LandingStore.write = write
     reading.stop_if_presumed_dead = stop_if_presumed_dead
+    PartitionMetadataStore.add_children = add_children
     PartitionMetadataStore.record_progress = record_progress
     job = build_definitions().resolve_job_def(JOB)
     with DagsterInstance.get() as instance:

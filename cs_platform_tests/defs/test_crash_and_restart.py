@@ -7,7 +7,9 @@
   has read; a run the sensor marked failed while it was in fact alive stops before it lands again,
   so it never reads beside its re-launch.
 - fencing: a run paused (SIGSTOP) between that check and a landing, presumed dead and re-launched,
-  lands late when resumed but can no longer move its partition's watermark; nothing is lost.
+  lands late when resumed but can no longer move its partition's watermark; nothing is lost. One
+  paused as its partition's children are announced, resumed after a relaunch recorded them, they
+  finished and cleanup deleted them, inserts none of them again.
 - restart: the sensor loop and its runs are killed mid-stream and started again on the existing
   metadata table with an empty cursor: no re-initialization (Beam #32509), no error, no loss.
 - lake: a long-lived lake run paused (SIGSTOP) between a mirror's commit and the manifest's: the cut
@@ -355,6 +357,63 @@ def test_a_paused_run_resumed_while_its_relaunch_is_below_its_chunk_and_after_a_
     [failure] = [e for e in events if e.is_step_failure]
     assert "no longer owns partition" in str(failure.event_specific_data), str(failure.event_specific_data)
     print(f"fencing below the late chunk: {paused['timestamps']} transactions paused, the relaunch stopped at {below['watermark']}, {len(cuts)} cuts")
+
+
+def deletable(store, tokens: list[str]) -> bool:
+    """Every one of ``tokens`` FINISHED and none a parent of an unfinished row: cleanup deletes them."""
+    rows = {p.token: p for p in store.all()}
+    needed = {t for p in rows.values() if p.state is not PartitionState.FINISHED for t in p.parent_tokens}
+    return all(t in rows and rows[t].state is PartitionState.FINISHED and t not in needed for t in tokens)
+
+
+@pytest.mark.heavy
+def test_a_paused_run_that_meets_children_cleanup_deleted_does_not_insert_them_again(bank_stream, dagster_instance, tmp_path):
+    """Fencing of ``add_children`` (DESIGN invariant 11), on real processes. A run stops itself
+    (SIGSTOP) as its partition's children are announced, before it records them; it is presumed dead
+    and a relaunch reads the partition again, records the children and finishes it. The children
+    are read and finish too, and cleanup deletes them. Then the paused run resumes: it must not insert
+    them again (CREATED at their old start, they would take the low watermark back, and past the
+    stream's retention the lake would wait on them for good); it stops, fenced, with one clear line."""
+    workload, writer, stop = bank_stream.start_open_stream(stale_run_s=600)  # the test presumes the run dead itself
+    store = bank_stream.store
+    marker = tmp_path / "paused.json"
+    victim = relaunch = None
+    try:
+        with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
+            loop.run_until(store.table_exists, timeout_s=60, drain=False)
+            key = reading_partitions(bank_stream, loop)[0].key  # no tick until the victim has taken it
+            victim = spawn("run", key, "before_children", str(marker))
+            wait_until(lambda: victim.poll() is not None or (marker.exists() and process_state(victim.pid) == "T"), 120, "the run to pause", poll_s=0.05)
+            assert victim.poll() is None, "the run ended without announcing children"
+            paused = wait_for(marker)
+            owner = store.get_by_key(key).owner
+            dagster_instance.report_run_failed(dagster_instance.get_run_by_id(owner), "presumed dead by the test")
+            relaunch = spawn("drained", key, str(tmp_path / "relaunch.json"))
+            loop.run_until(lambda: relaunch.poll() is not None, timeout_s=180, drain=False)
+            assert relaunch.returncode == 0 and store.get_by_key(key).state is PartitionState.FINISHED
+            children = paused["children"]
+            assert children and all(c in {p.token for p in store.all()} for c in children), "the relaunch recorded the children"
+            loop.run_until(lambda: deletable(store, children), timeout_s=240, drain=False)
+            stop.set()
+        child_keys = {p.key for p in store.all() if p.token in children}
+        deleted = store.delete_finished(timedelta(0))  # cleanup's metadata step, retention 0 (partition keys)
+        assert child_keys <= set(deleted)
+        low = store.low_watermark()
+        os.kill(victim.pid, signal.SIGCONT)
+        wait_until(lambda: victim.poll() is not None, 120, "the resumed run to end", poll_s=0.1)
+    finally:
+        for process in (victim, relaunch):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    writer.join()
+    rows = {p.token: p for p in store.all()}
+    back = set(children) & set(rows)
+    assert not back, f"the resumed run inserted {len(back)} of the {len(children)} children cleanup had deleted"
+    assert store.low_watermark() >= low
+    assert victim.returncode == 1, "the resumed run did not fail"
+    [failure] = [e.dagster_event for e in dagster_instance.all_logs(owner) if e.dagster_event and e.dagster_event.is_step_failure]
+    assert "no longer owns partition" in str(failure.event_specific_data), str(failure.event_specific_data)
+    print(f"fenced at its children: partition {key} ({'kept' if paused['partition'] in rows else 'deleted'}), {len(children)} children deleted by cleanup")
 
 
 def test_restart_resumes_from_watermarks_without_reinitializing(bank_stream, dagster_instance):
