@@ -382,13 +382,16 @@ def test_a_paused_run_that_meets_children_cleanup_deleted_does_not_insert_them_a
         with SensorLoop(build_definitions, dagster_instance, SENSOR) as loop:
             loop.run_until(store.table_exists, timeout_s=60, drain=False)
             key = reading_partitions(bank_stream, loop)[0].key  # no tick until the victim has taken it
-            victim = spawn("run", key, "before_children", str(marker))
+            # Both read until the partition ends (the fixture's runs end after 2 s, before a partition
+            # living 6-12 s announces its children: the paused run did so once in a full suite).
+            until_the_end = {"CS_PLATFORM_SOFT_TIMEOUT_SECONDS": "600"}
+            victim = spawn("run", key, "before_children", str(marker), **until_the_end)
             wait_until(lambda: victim.poll() is not None or (marker.exists() and process_state(victim.pid) == "T"), 120, "the run to pause", poll_s=0.05)
             assert victim.poll() is None, "the run ended without announcing children"
             paused = wait_for(marker)
             owner = store.get_by_key(key).owner
             dagster_instance.report_run_failed(dagster_instance.get_run_by_id(owner), "presumed dead by the test")
-            relaunch = spawn("drained", key, str(tmp_path / "relaunch.json"))
+            relaunch = spawn("drained", key, str(tmp_path / "relaunch.json"), **until_the_end)
             loop.run_until(lambda: relaunch.poll() is not None, timeout_s=180, drain=False)
             assert relaunch.returncode == 0 and store.get_by_key(key).state is PartitionState.FINISHED
             children = paused["children"]
