@@ -43,6 +43,7 @@ from cs_platform.landing.store import LandingStore
 from cs_platform.stream.lake_steps import advance_lake
 from cs_platform_tests.defs.landing_oracle import ASSET, assert_no_loss, observed_landing_paths, reads
 from cs_platform_tests.defs.processes import JOB, SENSOR, spawn, wait_for
+from cs_platform_tests.defs.test_cleanup import kept_by_cleanup
 from cs_platform_tests.lake.readers import (
     bank_without_time_travel,
     check_history_at_cut,
@@ -360,10 +361,10 @@ def test_a_paused_run_resumed_while_its_relaunch_is_below_its_chunk_and_after_a_
 
 
 def deletable(store, tokens: list[str]) -> bool:
-    """Every one of ``tokens`` FINISHED and none a parent of an unfinished row: cleanup deletes them."""
+    """Every one of ``tokens`` FINISHED and none kept by cleanup's rule: cleanup deletes them."""
     rows = {p.token: p for p in store.all()}
-    needed = {t for p in rows.values() if p.state is not PartitionState.FINISHED for t in p.parent_tokens}
-    return all(t in rows and rows[t].state is PartitionState.FINISHED and t not in needed for t in tokens)
+    kept = kept_by_cleanup(rows.values())
+    return all(t in rows and rows[t].state is PartitionState.FINISHED and t not in kept for t in tokens)
 
 
 @pytest.mark.heavy
@@ -395,7 +396,7 @@ def test_a_paused_run_that_meets_children_cleanup_deleted_does_not_insert_them_a
             loop.run_until(lambda: relaunch.poll() is not None, timeout_s=180, drain=False)
             assert relaunch.returncode == 0 and store.get_by_key(key).state is PartitionState.FINISHED
             children = paused["children"]
-            assert children and all(c in {p.token for p in store.all()} for c in children), "the relaunch recorded the children"
+            assert children and set(children) <= {p.token for p in store.all()}, "the relaunch recorded the children"
             loop.run_until(lambda: deletable(store, children), timeout_s=240, drain=False)
             stop.set()
         child_keys = {p.key for p in store.all() if p.token in children}
