@@ -60,21 +60,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("heavy") is None)
 
 
-# The JVMs the tests' runs start (lake runs, a Spark cluster's executors, the Spark Connect server)
-# live one to a few minutes and do little work each: in one such JVM, C2 used 90 of its 232 CPU-s
-# compiling Spark's hot code for speed a short run never uses. With C1 alone (and the serial
-# collector, for one small heap) the production stack test took 375 CPU-s where it took 524-551,
-# 215 s where it took 275-293 (alone, two cores). The suite's own session lives for the whole
-# session and keeps Spark's defaults: there C2 pays (13 cut tests and the maintenance test in one
-# JVM: 420 CPU-s at the defaults, 468 with these options). Spark's own place for such settings:
-# spark-defaults.conf in SPARK_CONF_DIR.
-# The session's JVM takes the serial collector too: the three session JVMs were 1,148 of the 2,504
-# CPU-seconds a fresh clone's suite used (sampled per process), and the maintenance test's work in
-# one took 118.5 CPU-s with the default G1, 107.9 with the serial collector (106.2 with the
-# parallel one), the same work in the same run: G1's concurrent threads cost more than they save
-# on a heap of small tables.
-SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-SESSION_JVM_OPTIONS = "-XX:+TieredCompilation -XX:+UseSerialGC"  # C2 as by default, set so the file above does not apply
+# Every JVM of the suite (its session, the runs', the cluster's, Spark Connect's) compiles with C2
+# only what is ten times hotter than C2's default thresholds, and collects with the serial collector.
+# - The JIT was a quarter of a session JVM's CPU: in five lakes of eight cuts, each read back, C2's
+#   thread used 56 of the JVM's 224 CPU-s at the default thresholds, 20 of 181-189 at these; the
+#   lakes after the first cost the same (28-31 CPU-s each), so what C2 still compiles is what pays.
+#   With C1 alone (the runs' JVMs before): 229, each lake after the first 42.
+# - The serial collector: the maintenance test's work took 118.5 CPU-s with the default G1, 107.9
+#   with it (106.2 with the parallel one), the same work in one run: G1's concurrent threads cost
+#   more than they save on a heap of small tables.
+# Spark's own place for such settings, for the JVMs the runs start: spark-defaults.conf in SPARK_CONF_DIR.
+# The figures, and the product's own advice: docs/benchmarks.md, "The JIT of the suite's JVMs".
+JVM_OPTIONS = (
+    "-XX:+UseSerialGC -XX:Tier4InvocationThreshold=60000 -XX:Tier4MinInvocationThreshold=6000"
+    " -XX:Tier4CompileThreshold=150000 -XX:Tier4BackEdgeThreshold=400000"
+)
 # Every Spark of the suite (its session, the runs', the cluster's, Spark Connect's) evaluates
 # expressions interpreted, not through generated code: the tests' tables hold tens of rows, and a
 # small cut's CPU went mostly to writing Java source per task and compiling it (in a profile of
@@ -90,7 +90,7 @@ INTERPRETED_SQL = {"spark.sql.codegen.factoryMode": "NO_CODEGEN", "spark.sql.cod
 def _spark_defaults(tmp_path_factory) -> Iterator[None]:
     conf_dir = tmp_path_factory.mktemp("spark-conf")
     (conf_dir / "spark-defaults.conf").write_text(
-        f"spark.driver.extraJavaOptions {SHORT_JVM_OPTIONS}\nspark.executor.extraJavaOptions {SHORT_JVM_OPTIONS}\n"
+        f"spark.driver.extraJavaOptions {JVM_OPTIONS}\nspark.executor.extraJavaOptions {JVM_OPTIONS}\n"
         + "".join(f"{key} {value}\n" for key, value in INTERPRETED_SQL.items())
     )
     with pytest.MonkeyPatch.context() as environment:
@@ -196,9 +196,7 @@ def spark(gcs_endpoint):
 
         session = spark_session_from_config(lake_spark_config("", os.environ[REMOTE_SETTING]))
     else:
-        session = delta_spark_session(
-            "cs_platform_tests", master="local[2]", extra={"spark.driver.extraJavaOptions": SESSION_JVM_OPTIONS}, storage=GcsAccess(gcs_endpoint)
-        )
+        session = delta_spark_session("cs_platform_tests", master="local[2]", storage=GcsAccess(gcs_endpoint))
     yield session
     session.stop()
 
