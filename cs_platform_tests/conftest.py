@@ -64,8 +64,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # only what is ten times hotter than C2's default thresholds, and collects with the serial collector.
 # - The JIT was a quarter of a session JVM's CPU: in five lakes of eight cuts, each read back, C2's
 #   thread used 56 of the JVM's 224 CPU-s at the default thresholds, 20 of 181-189 at these; the
-#   lakes after the first cost the same (28-31 CPU-s each), so what C2 still compiles is what pays.
-#   With C1 alone (the runs' JVMs before): 229, each lake after the first 42.
+#   lakes after the first cost no more (28-34 CPU-s each, 27-39 at the defaults), so what C2 still
+#   compiles is what pays. With C1 alone (the runs' JVMs before): 229, each lake after the first 42.
+#   ``bench/spark_jit.py`` measures it again.
 # - The serial collector: the maintenance test's work took 118.5 CPU-s with the default G1, 107.9
 #   with it (106.2 with the parallel one), the same work in one run: G1's concurrent threads cost
 #   more than they save on a heap of small tables.
