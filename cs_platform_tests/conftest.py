@@ -70,7 +70,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 # - The serial collector: the maintenance test's work took 118.5 CPU-s with the default G1, 107.9
 #   with it (106.2 with the parallel one), the same work in one run: G1's concurrent threads cost
 #   more than they save on a heap of small tables.
-# Spark's own place for such settings, for the JVMs the runs start: spark-defaults.conf in SPARK_CONF_DIR.
+# Spark's own place for such settings: spark-defaults.conf in SPARK_CONF_DIR, which the session's
+# JVM reads as the runs' do (it passes no options of its own).
 # The figures, and the product's own advice: docs/benchmarks.md, "The JIT of the suite's JVMs".
 JVM_OPTIONS = (
     "-XX:+UseSerialGC -XX:Tier4InvocationThreshold=60000 -XX:Tier4MinInvocationThreshold=6000"
