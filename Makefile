@@ -1,6 +1,6 @@
 # make test / make demo set up everything they need on a fresh clone: a .venv with the pinned
-# packages (PyPI), the system programs they run (the Spanner emulator, and for the tests Chromium
-# and PostgreSQL: installed with apt-get when missing, or the exact commands are printed), and a
+# packages (PyPI), the system programs they run (the Spanner emulator, and for the tests Chromium,
+# PostgreSQL and Redis: installed with apt-get when missing, or the exact commands are printed), and a
 # private Spanner emulator process (started and stopped by the code itself).
 PYTHON ?= python3
 VENV := .venv
@@ -31,7 +31,7 @@ TEST_WORKERS ?= 3
 # ruff first: a lint failure (pyproject.toml, [tool.ruff]) fails in a second or two, not after the suite.
 test: setup
 	$(PY) -m ruff check cs_platform cs_platform_tests bench
-	$(NEEDS) emulator chromium postgresql
+	$(NEEDS) emulator chromium postgresql redis
 	$(PY) -m pytest cs_platform_tests -n $(TEST_WORKERS) --dist loadgroup --max-worker-restart=0 --durations=25
 
 demo: setup
@@ -39,13 +39,13 @@ demo: setup
 	$(PY) -m cs_platform.dev.demo
 
 dev: setup
-	$(NEEDS) emulator
+	$(NEEDS) emulator redis
 	$(PY) -m cs_platform.dev.serve
 
 # The production shape on this machine: gs:// on a GCS emulator, a Spark standalone cluster,
 # Dagster on PostgreSQL with dagster-daemon and dagster-webserver as separate processes.
 stack: setup
-	$(NEEDS) emulator postgresql
+	$(NEEDS) emulator postgresql redis
 	$(PY) -m cs_platform.dev.stack
 
 bench: setup

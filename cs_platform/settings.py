@@ -241,6 +241,7 @@ SETTINGS = {
         Setting("CS_PLATFORM_DAGSTER_URL", str, "http://127.0.0.1:3000", "the Dagster UI's address, for the links in alerts"),
         Setting("CS_PLATFORM_METRICS_REFRESH_SECONDS", Number(1, 3600), "15", "the metrics exporter reads a stream's state at most this often; scrapes in between are answered from what it read (the ages still move)"),
         Setting("CS_PLATFORM_METRICS_PORT", Number(1, 65535, "", whole=True), "9464", "port of the Prometheus exporter (cs-platform-metrics; make dev and make stack start it on loopback)"),
+        Setting("CS_PLATFORM_RUN_BROKER", str, None, "the Redis URL of the warm run workers' broker, which dagster.yaml's ReaderRunLauncher and cs-platform-run-worker read (make dev and make stack start a private one); with a password: a secret", secret=True),
         Setting("CS_PLATFORM_EMULATOR_BIN", str, None, "path of emulator_main for make demo/dev/test (default: the Debian package's)"),
         Setting("CS_PLATFORM_HISTORY_TABLES", _history_tables, "none", "which watched tables also keep a history table (every version of every row, valid_from/valid_to): none, all, or a list", "history_tables"),
         Setting("CS_PLATFORM_UNTYPED_VALUES", _choice("fail", "quarantine"), "fail", "a value that cannot be typed stops the cut (fail) or sets its transaction aside (quarantine)"),

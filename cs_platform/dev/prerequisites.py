@@ -1,13 +1,13 @@
 """The system programs a make target needs, installed when missing, or else the exact commands to run.
 
-``make demo`` and ``make dev`` need the Cloud Spanner Emulator; ``make test`` also Chromium (the
-``dagster dev`` UI test) and PostgreSQL (the production stack test); ``make stack`` the emulator
-and PostgreSQL. On Debian, as root or with password-less sudo, a missing one is installed with
+``make demo`` needs the Cloud Spanner Emulator; ``make dev`` also Redis (the warm run workers'
+broker); ``make test`` also Chromium (the ``dagster dev`` UI test) and PostgreSQL (the production
+stack test); ``make stack`` the emulator, PostgreSQL and Redis. On Debian, as root or with password-less sudo, a missing one is installed with
 apt-get when apt knows its package. Otherwise this stops before any work, printing the commands
 that install it: the emulator's package comes from Google's Cloud SDK repository, which a machine
 may not have configured.
 
-    python -m cs_platform.dev.prerequisites emulator chromium postgresql
+    python -m cs_platform.dev.prerequisites emulator chromium postgresql redis
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 from cs_platform.dev.emulator import EmulatorNotInstalledError, find_emulator_binary
 from cs_platform.dev.postgres import PostgresNotInstalledError, postgres_bin
+from cs_platform.dev.redis import RedisNotInstalledError, redis_server_binary
 
 APT_ENV = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
 GOOGLE_CLOUD_REPOSITORY = (
@@ -45,6 +46,14 @@ def _postgres_found() -> bool:
     return True
 
 
+def _redis_found() -> bool:
+    try:
+        redis_server_binary()
+    except RedisNotInstalledError:
+        return False
+    return True
+
+
 def _chromium_found() -> bool:
     return bool(shutil.which("chromium") or shutil.which("chromium-browser"))
 
@@ -61,6 +70,7 @@ REQUIREMENTS = {
     "emulator": Requirement("the Cloud Spanner Emulator", "google-cloud-cli-spanner-emulator", _emulator_found, GOOGLE_CLOUD_REPOSITORY),
     "chromium": Requirement("Chromium (the dagster dev UI test)", "chromium", _chromium_found),
     "postgresql": Requirement("PostgreSQL (Dagster's production instance: make stack and its test)", "postgresql", _postgres_found),
+    "redis": Requirement("Redis (the warm run workers' broker: make dev, make stack and their tests)", "redis-server", _redis_found),
 }
 
 

@@ -1,11 +1,13 @@
 """`make dev`: ``dagster dev -w workspace.yaml`` on the embedded default.
 
 Starts a private emulator with the bank database and change stream, a Spark Connect server for the
-lake runs (a warm JVM: a lake run starts none), the Prometheus exporter (``cs-platform-metrics``,
+lake runs (a warm JVM: a lake run starts none), warm run workers for the reader runs (a private
+Redis their broker: ``dev.run_workers``), the Prometheus exporter (``cs-platform-metrics``,
 on CS_PLATFORM_METRICS_PORT), keeps a paced writer committing transfers, and runs ``dagster dev``
 (webserver + daemon) pointed at them through the environment. The
 sensor is on: it initializes the metadata table and launches one run per partition token. Ctrl-C
-stops dagster dev, the writer, the exporter, the Spark Connect server and the emulator.
+stops dagster dev, the writer, the exporter, the run workers, Redis, the Spark Connect server and
+the emulator.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 from cs_platform.changestream.metadata import utc_now
 from cs_platform.dev.embedded import embedded_bank
 from cs_platform.dev.metrics_server import metrics_server
+from cs_platform.dev.run_workers import run_workers
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 
@@ -57,6 +60,7 @@ def main() -> None:
             CS_PLATFORM_SPARK_REMOTE=remote, CS_PLATFORM_START_TIMESTAMP=utc_now().isoformat(), **DEV_SETTINGS
         )
         metrics = stack.enter_context(metrics_server(args.workdir / "metrics.log"))
+        stack.enter_context(run_workers(args.workdir, bank.dagster_home))
         workload = BankWorkload(bank.bank)
         writer = threading.Thread(
             target=workload.run_until, args=(utc_now() + timedelta(days=1), args.writes_per_second), daemon=True

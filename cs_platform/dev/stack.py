@@ -5,10 +5,13 @@
 - Spark: a standalone cluster (a master and a worker); each lake run's driver sends its tasks,
   the snapshot's reads included, to executor processes;
 - Dagster: an instance on PostgreSQL, with ``dagster-daemon`` (sensors, run queue with the tag
-  concurrency limits, run monitoring) and ``dagster-webserver`` as separate processes.
+  concurrency limits, run monitoring) and ``dagster-webserver`` as separate processes;
+- run workers: reader runs execute in warm worker processes (``cs-platform-run-worker``), sent
+  there through a private Redis (``dev.run_workers``); lake and other runs as the default launcher
+  starts them.
 
 Only the configuration differs from `make dev`: ``STORAGE_EMULATOR_HOST``, ``CS_PLATFORM_*_ROOT``,
-``CS_PLATFORM_SPARK_MASTER`` and ``dagster.yaml``'s storage. The test of this stack
+``CS_PLATFORM_SPARK_MASTER``, ``CS_PLATFORM_RUN_BROKER`` and ``dagster.yaml``'s storage and run launcher. The test of this stack
 (``test_production_stack``) runs the same :func:`production_stack`.
 """
 
@@ -36,6 +39,7 @@ from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
 from cs_platform.dev.metrics_server import metrics_server
 from cs_platform.dev.postgres import postgres_server
 from cs_platform.dev.process_group import await_listening, launch, stop_process_group
+from cs_platform.dev.run_workers import RunWorkers, run_workers
 from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.spark_cluster import spark_cluster
 from cs_platform.dev.workload import BankWorkload, start_after
@@ -46,6 +50,24 @@ log = logging.getLogger("cs_platform.stack")
 BUCKET = "cs-platform"
 
 
+class Daemon:
+    """``dagster-daemon`` as a process of our own, which a test may restart mid-run."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.process = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        return launch([sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"], self.log, cwd=REPO)
+
+    def restart(self) -> None:
+        stop_process_group(self.process)
+        self.process = self._start()
+
+    def stop(self) -> None:
+        stop_process_group(self.process)
+
+
 @dataclass(frozen=True)
 class Stack:
     bank: EmbeddedBank
@@ -54,7 +76,8 @@ class Stack:
     postgres_url: str
     webserver_port: int
     webserver_process: subprocess.Popen
-    daemon: subprocess.Popen
+    daemon: Daemon
+    workers: RunWorkers
     workload: BankWorkload  # its commit log: the accounts and transfers before the start, then any later
     start: datetime  # the stream's start: the snapshot's time
     spark_events: Path  # Spark's event logs of the lake runs (which executor ran which task)
@@ -140,8 +163,9 @@ def production_stack(
         stack.callback(_restore_environment, {key: os.environ.get(key) for key in settings})
         os.environ.update(settings)  # for the daemon, the webserver and their run processes
         # The daemon first: it ticks while the webserver loads (Stack.await_webserver waits for that).
-        daemon = launch([sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"], workdir / "dagster-daemon.log", cwd=REPO)
-        stack.callback(stop_process_group, daemon)
+        workers = stack.enter_context(run_workers(workdir, bank.dagster_home))
+        daemon = Daemon(workdir / "dagster-daemon.log")
+        stack.callback(daemon.stop)
         port = free_loopback_port()
         webserver = launch(
             [sys.executable, "-m", "dagster_webserver", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
@@ -149,7 +173,7 @@ def production_stack(
         )
         stack.callback(stop_process_group, webserver)
         metrics = stack.enter_context(metrics_server(workdir / "metrics.log", metrics_port))
-        yield Stack(bank, gcs, master, postgres, port, webserver, daemon, workload, start, events, workdir / "dagster-webserver.log", metrics)
+        yield Stack(bank, gcs, master, postgres, port, webserver, daemon, workers, workload, start, events, workdir / "dagster-webserver.log", metrics)
 
 
 def main() -> None:
@@ -159,7 +183,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("google").setLevel(logging.WARNING)
-    print("starting the Spanner emulator, a GCS emulator, a Spark cluster, PostgreSQL, dagster-webserver and dagster-daemon ...")
+    print("starting the Spanner emulator, a GCS emulator, a Spark cluster, PostgreSQL, Redis, run workers, dagster-webserver and dagster-daemon ...")
     with production_stack(args.workdir) as stack:
         stack.await_webserver()
         writer = stack.workload.run_until
@@ -175,8 +199,8 @@ def main() -> None:
         )
         signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop the parts on SIGTERM too
         try:
-            stack.daemon.wait()
-            print(f"dagster-daemon exited with {stack.daemon.returncode}: see {args.workdir}/dagster-daemon.log")
+            stack.daemon.process.wait()
+            print(f"dagster-daemon exited with {stack.daemon.process.returncode}: see {args.workdir}/dagster-daemon.log")
         except KeyboardInterrupt:
             print("stopping ...")
 

@@ -1,0 +1,142 @@
+"""``cs-platform-run-worker``: the processes that execute reader runs, forked warm from one parent.
+
+The parent imports Dagster, the instance's storage, the Spanner client and the code location, and
+builds the code location's definitions, before Celery's prefork pool forks ``--concurrency``
+worker processes from it. A reader run then costs its worker no interpreter start and no import:
+what Dagster's default launcher pays for each run in a fresh ``spawn`` interpreter. Each worker
+process executes one run at a time (Dagster configures logging per run, so two in one process
+would collide) and is replaced after ``--max-runs-per-process`` runs, by a new fork of the warm
+parent, so what a run leaves behind (memory, a module's state) does not pile up.
+
+The broker and queue come from the instance's ``dagster.yaml`` (``run_launcher``: the
+:class:`~cs_platform.workers.launcher.ReaderRunLauncher` there), so the launcher and its workers
+cannot disagree; DAGSTER_HOME names it, as for the daemon. The code location is built from this
+process's environment once: a worker serves the code it started with, so after changing the
+code or its settings, restart the workers with the code location (a Kubernetes Deployment rolls
+them; docs/production.md).
+
+    cs-platform-run-worker [--concurrency N] [--code-location cs_platform.definitions]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import logging
+import os
+import signal
+import sys
+from typing import Sequence
+
+from billiard.process import active_children
+from celery import Celery
+from celery.signals import worker_shutting_down
+from dagster import DagsterInstance
+from dagster._cli.api import _execute_run_command_body
+from dagster._grpc.types import ExecuteRunArgs
+from dagster._serdes import unpack_value
+from dagster._utils.interrupts import capture_interrupts
+from dagster_celery.config import TASK_EXECUTE_JOB_NAME
+
+from cs_platform import settings
+from cs_platform.workers.launcher import ReaderRunLauncher
+
+log = logging.getLogger("cs_platform.workers")
+
+
+class WorkerSetupError(RuntimeError):
+    """The worker cannot serve this instance; the message names the setting and the fix."""
+
+
+def reader_launcher(instance: DagsterInstance) -> ReaderRunLauncher:
+    launcher = instance.run_launcher
+    if not isinstance(launcher, ReaderRunLauncher):
+        raise WorkerSetupError(
+            f"the instance at DAGSTER_HOME={os.environ.get('DAGSTER_HOME')} launches runs with {type(launcher).__name__}, "
+            "so no reader run would reach this worker: set run_launcher in its dagster.yaml to "
+            "module cs_platform.workers.launcher, class ReaderRunLauncher (docs/production.md, \"Warm run workers\")"
+        )
+    return launcher
+
+
+def register_run_task(app: Celery) -> None:
+    """The task the launcher sends (``dagster-celery``'s name and arguments), executed as
+    ``dagster api execute_run`` executes a run: inside ``capture_interrupts``, which takes SIGTERM
+    and SIGINT for an interruption of the run. A termination that comes before the reader's step
+    (which drains on either signal itself) then ends the run CANCELED, not the process."""
+
+    @app.task(bind=True, name=TASK_EXECUTE_JOB_NAME, track_started=True)
+    def execute_job(_task: object, execute_job_args_packed: dict) -> int:
+        args = unpack_value(execute_job_args_packed, as_type=ExecuteRunArgs)
+        with capture_interrupts(), DagsterInstance.get() as instance:
+            return _execute_run_command_body(
+                instance=instance, run_id=args.run_id, write_stream_fn=lambda _event: None, set_exit_code_on_failure=True
+            )
+
+
+def warm_up(code_location: str) -> None:
+    """Import and build what every run needs, in the parent, before the pool forks: the code
+    location's definitions (the module's ``defs``, as Dagster's loader finds it) and their
+    repository, which a run's reconstruction then finds built."""
+    module = importlib.import_module(code_location)
+    module.defs.get_repository_def()
+    # What the parent holds now, out of the collector's reach: a worker process's collections would
+    # otherwise write to every object it shares with the parent, copying its pages (CPython's
+    # gc.freeze, for exactly this: fork after preloading).
+    gc.freeze()
+
+
+def drain_on_shutdown() -> None:
+    """When the parent is asked to stop (SIGTERM: a deploy, a scale-down, a pod's end; Ctrl-C), it
+    passes SIGTERM on to its worker processes at once: each reader run drains (lands, persists its
+    watermark, ends CANCELED) in seconds, and the parent waits for them, as Celery's warm shutdown
+    does. Without it the parent would wait for every run's soft timeout (an hour by default), and
+    Kubernetes would SIGKILL the pod first."""
+
+    @worker_shutting_down.connect(weak=False)
+    def _pass_on(**_: object) -> None:
+        for child in active_children():
+            if child.pid:
+                os.kill(child.pid, signal.SIGTERM)
+
+
+def worker_argv(queue: str, concurrency: int, max_runs_per_process: int) -> list[str]:
+    return [
+        "worker", "--queues", queue, "--concurrency", str(concurrency), "--pool", "prefork",
+        "--max-tasks-per-child", str(max_runs_per_process), "--optimization", "fair",
+        # Nothing between workers to gossip or synchronize: each takes runs from the broker alone.
+        "--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel", "INFO",
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return serve(argv)
+    except WorkerSetupError as e:
+        sys.exit(f"cs-platform-run-worker: {e}")
+
+
+def serve(argv: Sequence[str] | None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="worker processes, each one run at a time (default: CS_PLATFORM_MAX_PARALLEL_READS)")
+    parser.add_argument("--code-location", default="cs_platform.definitions", help="the module the code location loads from")
+    parser.add_argument("--max-runs-per-process", type=int, default=100)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # each run's instance checks its schema: not news
+    concurrency = args.concurrency or settings.value(os.environ, "CS_PLATFORM_MAX_PARALLEL_READS")
+    with DagsterInstance.get() as instance:  # imports the instance's storage here, once
+        launcher = reader_launcher(instance)
+        app, queue = launcher.celery, launcher.queue
+    register_run_task(app)
+    drain_on_shutdown()
+    warm_up(args.code_location)
+    log.info("run workers: %d processes on queue %s, code location %s", concurrency, queue, args.code_location)
+    app.worker_main(worker_argv(queue, concurrency, args.max_runs_per_process))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
