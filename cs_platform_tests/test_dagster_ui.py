@@ -1,8 +1,9 @@
 """`dagster dev -w workspace.yaml` on the emulator, checked in headless Chromium.
 
-The real daemon evaluates the real sensors and launches real run processes (Dagster's default run
-launcher and queued run coordinator, with the tag concurrency limits of ``cs_platform.dev.embedded``):
-the partition sensor's reader runs, and the lake sensor's lake runs, with nobody clicking. The lake
+The real daemon evaluates the real sensors and launches real runs (the queued run coordinator, with
+the tag concurrency limits of ``cs_platform.dev.embedded``, and make dev's launcher): the partition
+sensor's reader runs on warm run workers, and the lake sensor's lake runs in processes of the code
+server, with nobody clicking. The lake
 must advance on its own: one long-lived lake run applies cut after cut (each a consistent bank; the
 production stack's test watches it longer), and its run page shows each cut, as a reader run's page
 shows each landing. The webserver must show the assets, sensors, dynamic partitions, run history,
@@ -28,6 +29,7 @@ from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import stop_process_group
+from cs_platform.dev.run_workers import run_workers
 from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.workload import INITIAL_BALANCE, BankWorkload
 from cs_platform.lake.engines import CutTables, read_arrow
@@ -84,7 +86,9 @@ def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark_c
         writer = threading.Thread(target=workload.run_until, args=(start + timedelta(hours=1), 10), kwargs={"stop": stop}, daemon=True)
         writer.start()
         try:
-            check_dagster_dev(tmp_path, stop)
+            # make dev's warm run workers: the reader runs execute there, shown as any run is.
+            with run_workers(tmp_path, bank.dagster_home):
+                check_dagster_dev(tmp_path, stop)
         finally:  # before the emulator stops, or the writer fails on a closed port
             stop.set()
             writer.join()

@@ -11,7 +11,12 @@ PostgreSQL (the run queue with its tag concurrency limits). Then:
 - every lake run's Spark tasks ran in executor processes (Spark's event logs), and the runs are the
   daemon's, recorded in PostgreSQL;
 - a Prometheus scrape of the stack's exporter, while the stream runs, reports the stream as its
-  metadata table, its manifest and its landing directory on gs:// stand.
+  metadata table, its manifest and its landing directory on gs:// stand;
+- reader runs execute on warm run workers, and keep every guarantee while the stream is written
+  (``workers/warm_runs.py``): terminated from the UI or past ``dagster/max_runtime``, a run drains
+  and ends CANCELED; a worker process SIGKILLed mid-read leaves its run FAILED by run monitoring
+  and its partition relaunched; a run goes on through a daemon restart and a code location reload.
+  The checks above then prove that none of this lost or repeated a change.
 """
 
 import json
@@ -23,6 +28,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
 from dagster_postgres import PostgresRunStorage
 from dagster_postgres.utils import DagsterPostgresException
 from prometheus_client.parser import text_string_to_metric_families
@@ -33,9 +39,10 @@ from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import STREAM
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed, landed, spread
-from cs_platform.dev.stack import dagster_yaml, production_stack
+from cs_platform.dev.stack import Stack, dagster_yaml, production_stack
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore
+from cs_platform_tests.workers import warm_runs
 
 # Partitions churn as in `make stack`: every 20-40 s. Each generation of partitions up to the last
 # commit is a round of reader runs that the daemon launches (a run process of about 4 CPU-s each)
@@ -108,6 +115,8 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
         try:
             time.sleep(WRITE_SECONDS)
             stack.await_webserver()  # it loads while the writer writes
+            with DagsterInstance.get() as instance:
+                check_warm_runs(stack, instance)
             wait_until(lambda: has_split_and_merged(store), 300, "a split and a merge", poll_s=2)
         finally:
             stop_writing.set()
@@ -147,6 +156,33 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
         # per run; the first run's are the snapshot's mirror writes: its small tables are read by the
         # driver). An application may have run no task at all (in a fresh clone, the first of two).
         assert any(executors.values()) and not any("driver" in ids for ids in executors.values()), executors
+
+
+def check_warm_runs(stack: Stack, instance: DagsterInstance) -> None:
+    """Each guarantee of a reader run on a warm worker, on the stack's live runs (warm_runs.py)."""
+    started = warm_runs.reader_runs(instance, DagsterRunStatus.STARTED, DagsterRunStatus.SUCCESS)
+    assert started and all(r.dagster_run.tags.get(DAGSTER_CELERY_TASK_ID_TAG) for r in started), "a reader run not on a run worker"
+    killed, killed_at = warm_runs.kill_a_worker_process(instance, stack.workers.process.pid)
+    besides = frozenset({killed.dagster_run.run_id})
+    ui = warm_runs.terminate_from_the_ui(stack.webserver, instance, besides)
+    assert (ui.status, ui.drained, ui.marked_failed) == (DagsterRunStatus.CANCELED, True, False), ui
+    over = warm_runs.terminate_past_max_runtime(instance, besides)
+    print(f"terminated from the UI: {ui}; past its max runtime: {over}")
+    assert (over.status, over.drained, over.marked_failed) == (DagsterRunStatus.CANCELED, True, False), over
+    reading = warm_runs.a_live_reader_run(instance, besides)
+    reload = warm_runs.graphql(stack.webserver, 'mutation { reloadRepositoryLocation(repositoryLocationName: "cs_platform") { __typename } }')
+    assert reload["reloadRepositoryLocation"]["__typename"] == "WorkspaceLocationEntry", reload
+    stack.daemon.restart()
+    assert warm_runs.ended(instance, reading.dagster_run.run_id) is DagsterRunStatus.SUCCESS
+    # A deploy rolls the workers: SIGTERM to their parent alone, as Kubernetes stops a pod.
+    rolled = warm_runs.terminated(instance, 5, lambda _record: stack.workers.restart(), besides)
+    assert (rolled.status, rolled.drained, rolled.marked_failed) == (DagsterRunStatus.CANCELED, True, False), rolled
+    # The killed run: FAILED by run monitoring (its task's state), not presumed dead by the sensor
+    # much later; then the sensor launched its partition again.
+    assert warm_runs.ended(instance, killed.dagster_run.run_id) is DagsterRunStatus.FAILURE
+    failure = [m for m in warm_runs.messages(instance, killed.dagster_run.run_id) if "Detected run worker status" in m]
+    assert failure and "run worker's task failed" in failure[0], warm_runs.messages(instance, killed.dagster_run.run_id)[-5:]
+    warm_runs.relaunched(instance, killed, killed_at)
 
 
 def test_an_unreachable_postgres_fails_with_dagsters_own_error(tmp_path):

@@ -1,0 +1,79 @@
+"""The launcher and the worker on their own, with a real Redis and a real instance: which runs go to
+the workers, what run monitoring reads of a worker's task, and a worker refusing an instance whose
+runs would never reach it. What runs on the workers keeps (termination, a killed worker process,
+restarts) is proven on live runs of the production stack (``test_production_stack``)."""
+
+import pytest
+from dagster import DagsterInstance, job, reconstructable
+from dagster._core.launcher import LaunchRunContext, WorkerStatus
+from dagster._core.test_utils import create_run_for_test
+from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
+
+from cs_platform.dev.embedded import instance_yaml
+from cs_platform.dev.redis import redis_server
+from cs_platform.dev.run_workers import BROKER_SETTING, use_run_workers
+from cs_platform.workers.launcher import QUEUE, READER_TAG, ReaderRunLauncher
+from cs_platform.workers.worker import WorkerSetupError, reader_launcher
+
+
+@job
+def a_job():
+    pass
+
+
+@pytest.fixture
+def broker(tmp_path, monkeypatch):
+    with redis_server(tmp_path / "redis.log") as url:
+        monkeypatch.setenv(BROKER_SETTING, url)
+        yield url
+
+
+@pytest.fixture
+def instance(tmp_path, broker):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(instance_yaml(4))
+    use_run_workers(home / "dagster.yaml")
+    with DagsterInstance.from_config(str(home)) as instance:
+        yield instance
+
+
+def test_reader_runs_go_to_the_workers_queue_and_others_to_the_default_launcher(instance):
+    launcher = instance.run_launcher
+    assert isinstance(launcher, ReaderRunLauncher)
+    origin = reconstructable(a_job).get_python_origin()  # what the task carries to the worker: where the job's code is
+    reader = create_run_for_test(instance, job_name="a_job", tags={READER_TAG: "BankStream"}, job_code_origin=origin)
+    launcher.launch_run(LaunchRunContext(dagster_run=reader, workspace=None))
+    task_id = instance.get_run_by_id(reader.run_id).tags[DAGSTER_CELERY_TASK_ID_TAG]
+    with launcher.celery.connection_for_read() as connection:  # the message waits in the workers' queue
+        assert connection.default_channel.client.llen(QUEUE) == 1
+    assert launcher.celery.AsyncResult(task_id).state == "PENDING"
+    # Any other run goes to Dagster's default launcher, which starts it through a code server.
+    lake = create_run_for_test(instance, job_name="bank_stream_lake")
+    with pytest.raises(Exception, match="DefaultRunLauncher requires a workspace"):
+        launcher.launch_run(LaunchRunContext(dagster_run=lake, workspace=None))
+    assert DAGSTER_CELERY_TASK_ID_TAG not in instance.get_run_by_id(lake.run_id).tags
+
+
+@pytest.mark.parametrize(
+    "state, status",
+    [("STARTED", WorkerStatus.RUNNING), ("REVOKED", WorkerStatus.RUNNING), ("SUCCESS", WorkerStatus.SUCCESS),
+     ("FAILURE", WorkerStatus.FAILED), ("PENDING", WorkerStatus.UNKNOWN)],
+)
+def test_run_monitoring_reads_the_state_of_a_runs_task(instance, state, status):
+    """REVOKED is a run still draining after its termination (its task is revoked at once)."""
+    launcher = instance.run_launcher
+    run = create_run_for_test(instance, job_name="bank_stream_read_partition", tags={READER_TAG: "BankStream", DAGSTER_CELERY_TASK_ID_TAG: f"task-{state}"})
+    if state != "PENDING":
+        result = RuntimeError("worker lost") if state == "FAILURE" else None
+        launcher.celery.backend.store_result(f"task-{state}", result, state)
+    assert launcher.check_run_worker_health(run).status is status
+    other = create_run_for_test(instance, job_name="bank_stream_lake")
+    assert launcher.check_run_worker_health(other).status is WorkerStatus.RUNNING  # the default launcher's: not checked
+
+
+def test_a_worker_refuses_an_instance_that_does_not_send_it_runs(tmp_path):
+    (tmp_path / "dagster.yaml").write_text(instance_yaml(4))
+    with DagsterInstance.from_config(str(tmp_path)) as instance:
+        with pytest.raises(WorkerSetupError, match="set run_launcher in its dagster.yaml to module cs_platform.workers.launcher"):
+            reader_launcher(instance)

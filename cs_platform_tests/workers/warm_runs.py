@@ -1,0 +1,143 @@
+"""What a reader run on a warm run worker must survive, done to live runs of a running stack (the
+production stack's test calls each while its stream is written): a termination from the UI (the
+webserver's GraphQL, as the Terminate button sends it) and by run monitoring past
+``dagster/max_runtime`` (Dagster's own ``check_run_timeout``), a worker process SIGKILLed mid-read,
+a daemon restart and a code location reload. The stack's end-to-end checks then prove that nothing
+committed was lost or repeated across them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+import urllib.request
+from dataclasses import dataclass
+
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
+from dagster._daemon.monitoring.run_monitoring import check_run_timeout
+
+from cs_platform.dev.deadline import wait_until
+
+READER_JOB = "bank_stream_read_partition"
+READING = "reading partition"  # what a reader run logs as its read begins (defs/reading.py)
+DRAINED = "drained: asked to end"  # ... and once it drained
+log = logging.getLogger(__name__)
+
+
+def graphql(webserver: str, query: str, variables: dict | None = None) -> dict:
+    request = urllib.request.Request(
+        f"{webserver}/graphql", json.dumps({"query": query, "variables": variables or {}}).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=120) as response:
+        answer = json.load(response)
+    assert "errors" not in answer, answer
+    return answer["data"]
+
+
+def reader_runs(instance: DagsterInstance, *statuses: DagsterRunStatus) -> list[RunRecord]:
+    return list(instance.get_run_records(RunsFilter(job_name=READER_JOB, statuses=list(statuses) or None)))
+
+
+def a_live_reader_run(instance: DagsterInstance, besides: frozenset[str] = frozenset()) -> RunRecord:
+    """A reader run that is reading (it logged so) and has most of its read ahead: the one that
+    started last, but none of ``besides`` (a run whose worker was killed is STARTED until run
+    monitoring's next pass)."""
+    found: list[RunRecord] = []
+
+    def started() -> bool:
+        found[:] = [
+            r for r in reader_runs(instance, DagsterRunStatus.STARTED)
+            if r.dagster_run.run_id not in besides and any(READING in m for m in messages(instance, r.dagster_run.run_id))
+        ]
+        return bool(found)
+
+    wait_until(started, 180, "a reader run reading on a run worker", poll_s=0.2)
+    return max(found, key=lambda r: r.start_time or 0)
+
+
+def worker_pid(instance: DagsterInstance, run_id: str) -> int | None:
+    """The process executing the run, as its worker reported it ("Started process for run")."""
+    for entry in instance.all_logs(run_id, of_type=DagsterEventType.ENGINE_EVENT):
+        metadata = entry.dagster_event.event_specific_data.metadata if entry.dagster_event else {}
+        if "pid" in (metadata or {}):
+            return int(metadata["pid"].value)
+    return None
+
+
+def ended(instance: DagsterInstance, run_id: str, within_s: float = 240) -> DagsterRunStatus:
+    wait_until(lambda: instance.get_run_by_id(run_id).is_finished, within_s, f"run {run_id} to end", poll_s=0.5)
+    return instance.get_run_by_id(run_id).status
+
+
+def messages(instance: DagsterInstance, run_id: str) -> list[str]:
+    return [entry.message or "" for entry in instance.all_logs(run_id)] + [
+        entry.dagster_event.message or "" for entry in instance.all_logs(run_id) if entry.dagster_event
+    ]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    run_id: str
+    status: DagsterRunStatus
+    drained: bool  # it logged that it landed what it read and persisted its watermark
+    marked_failed: bool  # something reported it FAILED on the way (an alert would have said so)
+
+
+def terminated(instance: DagsterInstance, attempts: int, terminate, besides: frozenset[str]) -> Outcome:
+    """Terminate a live reader run with ``terminate(record)``; a run that ended on its own first (its
+    soft timeout came before the termination) does not count: try another, up to ``attempts``."""
+    for _ in range(attempts):
+        record = a_live_reader_run(instance, besides)
+        terminate(record)
+        run_id = record.dagster_run.run_id
+        status = ended(instance, run_id)
+        failures = instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE)
+        outcome = Outcome(run_id, status, any(DRAINED in m for m in messages(instance, run_id)), bool(failures))
+        if status is not DagsterRunStatus.SUCCESS:
+            return outcome
+        log.info("run %s ended on its own before its termination; another", run_id)
+    raise AssertionError(f"every one of {attempts} reader runs ended on its own before it was terminated")
+
+
+def terminate_from_the_ui(webserver: str, instance: DagsterInstance, besides: frozenset[str]) -> Outcome:
+    def click(record: RunRecord) -> None:
+        answer = graphql(webserver, "mutation($id: String!) { terminateRun(runId: $id) { __typename } }", {"id": record.dagster_run.run_id})
+        assert answer["terminateRun"]["__typename"] in ("TerminateRunSuccess", "TerminateRunFailure"), answer
+
+    return terminated(instance, 5, click, besides)
+
+
+def terminate_past_max_runtime(instance: DagsterInstance, besides: frozenset[str]) -> Outcome:
+    """Run monitoring's own step for a run past ``dagster/max_runtime`` (here: a limit of 1 s)."""
+    def monitor(record: RunRecord) -> None:
+        over = record._replace(dagster_run=record.dagster_run.with_tags({**record.dagster_run.tags, "dagster/max_runtime": "1"}))
+        check_run_timeout(instance, over, log, 0)
+
+    return terminated(instance, 5, monitor, besides)
+
+
+def kill_a_worker_process(instance: DagsterInstance, workers_pid: int) -> tuple[RunRecord, float]:
+    """SIGKILL the worker process of a live reader run, one of the run workers' own (checked)."""
+    record = a_live_reader_run(instance)
+    pid = worker_pid(instance, record.dagster_run.run_id)
+    with open(f"/proc/{pid}/stat") as stat:
+        parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+    assert parent == workers_pid, f"run {record.dagster_run.run_id}'s pid {pid} is not a run worker's process"
+    os.kill(pid, signal.SIGKILL)
+    return record, time.time()
+
+
+def relaunched(instance: DagsterInstance, record: RunRecord, killed_at: float) -> RunRecord:
+    """The next reader run of the killed run's partition, once the sensor launched it."""
+    key = record.dagster_run.tags["dagster/partition"]
+    found: list[RunRecord] = []
+
+    def launched() -> bool:
+        found[:] = [r for r in instance.get_run_records(RunsFilter(job_name=READER_JOB, tags={"dagster/partition": key}))
+                    if r.create_timestamp.timestamp() > killed_at]
+        return bool(found)
+
+    wait_until(launched, 300, f"a new run of partition {key} after its worker was killed", poll_s=1)
+    return found[0]
