@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import statistics
 import tempfile
 import threading
@@ -73,6 +74,7 @@ from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.front.server import SpannerFront
 from cs_platform.dev.process_group import stop_process_group
+from cs_platform.dev.run_workers import run_workers
 from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.lake.published import lake_location, latest_cut
@@ -161,7 +163,7 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def measure(name: str, configuration: Configuration, window: float, rate: float, work: Path) -> dict[str, float]:
+def measure(name: str, configuration: Configuration, window: float, rate: float, work: Path, warm: bool) -> dict[str, float]:
     """Run one configuration; returns its freshness figures."""
     with contextlib.ExitStack() as stack:
         reader_runs = cs_settings.value({**os.environ, **configuration.settings}, "CS_PLATFORM_MAX_PARALLEL_READS")
@@ -189,6 +191,8 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
         sensor_interval_s = cs_settings.value(os.environ, "CS_PLATFORM_SENSOR_INTERVAL_SECONDS")
         report_interval_s = cs_settings.value(os.environ, "CS_PLATFORM_REPORT_INTERVAL_SECONDS")
         sampler = LagSampler(store)
+        if warm:
+            stack.enter_context(run_workers(work / name, bank.dagster_home, concurrency=reader_runs))
         log = stack.enter_context(open(work / name / "dagster_dev.log", "wb"))
         dev = start_dagster_dev(free_loopback_port(), log)
         started = time.monotonic()
@@ -292,12 +296,15 @@ def main() -> None:
     parser.add_argument("--window", type=float, default=180, help="seconds of commits measured per configuration (>= 180)")
     parser.add_argument("--writes-per-second", type=float, default=10)
     parser.add_argument("--only", choices=tuple(CONFIGURATIONS), action="append", help="measure this configuration (repeatable)")
+    parser.add_argument("--launcher", choices=("warm", "default"), default="warm",
+                        help="reader runs on warm run workers (make dev's, the default) or Dagster's default launcher")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped (timeout, kill), it stops what it started
     work = Path(tempfile.mkdtemp(prefix="freshness_"))
     print(f"work directory: {work}")
     results = {}
     for name in args.only or CONFIGURATIONS:
-        results[name] = measure(name, CONFIGURATIONS[name], args.window, args.writes_per_second, work)
+        results[name] = measure(name, CONFIGURATIONS[name], args.window, args.writes_per_second, work, args.launcher == "warm")
     if "oversubscribed" in results:
         print(f"lag_p95_s_oversubscribed: {results['oversubscribed']['lag_p95']:.1f}")
         if "default" in results:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import statistics
 import threading
 import time
@@ -147,6 +148,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=int, default=45)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped (timeout, kill), it stops what it started
     logging.basicConfig(level=logging.WARNING)
     loop = run_loop(args.seconds)
     daemon, base = run_daemon(args.seconds + 30)

@@ -11,15 +11,15 @@ import sys
 from pathlib import Path
 from typing import IO
 
+from cs_platform.dev.process_group import start_in_own_session
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def start_dagster_dev(port: int, log: IO[bytes]) -> subprocess.Popen:
-    """Start `dagster dev` on 127.0.0.1:``port`` in its own session, output to ``log``."""
-    return subprocess.Popen(
+    """Start `dagster dev` on 127.0.0.1:``port`` in its own session, output to ``log``; it gets
+    SIGTERM if the thread that started it ends first (a benchmark killed, a test's worker lost)."""
+    return start_in_own_session(
         [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
-        cwd=REPO,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
     )

@@ -1,0 +1,184 @@
+"""What a reader run costs to launch and to hold: Dagster's default launcher against warm run workers.
+
+For each launcher, on its own emulator and bank (``make dev``'s, partitions renewed every
+``--partition-seconds``): ``dagster-daemon`` alone (its sensors, its run queue and its code server;
+no webserver), the lake sensor stopped (``dagster sensor stop``: no Spark in the figures), and reader
+runs of ``CS_PLATFORM_SOFT_TIMEOUT_SECONDS=--soft-timeout`` on a stream with a paced writer. Once
+the first reader run has succeeded, every process of the daemon's tree (the daemon, its code
+server, the runs it spawns) and of the workers' tree (their parent, its worker processes) is
+sampled every 0.2 s for ``--window`` seconds: its CPU (from its birth if it was born in the window,
+from the first sample if not) and its PSS (``/proc/PID/smaps_rollup``: shared pages split between
+the processes that share them, which RSS counts in each).
+
+Prints per launcher ``launch_cpu_s_per_run_<launcher>``: the CPU of all those processes over the
+window divided by the reader runs that ended in it (the daemon's ticks, a run's start, its read and
+its end: what grows with runs; the reads themselves are a small part on this idle-ish stream),
+``pss_mb_per_reader_run_<launcher>`` (the median of each run process's peak PSS; warm: of the
+worker processes that ran a run), ``workers_pss_mb`` (the warm parent and its worker processes
+together, at their peak), and ``launch_cpu_warm_over_default``, with the load average.
+
+    .venv/bin/python bench/run_launch.py [--window 120 --soft-timeout 5 --only default|warm]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
+
+from cs_platform.changestream.metadata import utc_now
+from cs_platform.dev.dagster_dev import REPO
+from cs_platform.dev.deadline import wait_until
+from cs_platform.dev.embedded import embedded_bank
+from cs_platform.dev.process_group import launch, stop_process_group
+from cs_platform.dev.run_workers import run_workers
+from cs_platform.dev.serve import DEV_SETTINGS
+from cs_platform.dev.workload import BankWorkload
+from suite_cpu import process_stats  # its sibling: this runs as a script from bench/
+
+READER_JOB = "bank_stream_read_partition"
+LAKE_SENSOR = "bank_stream_lake_sensor"
+
+
+def pss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+@dataclass
+class TreeSampler:
+    """Samples the CPU and PSS of every descendant of ``roots`` (and the roots) until stopped."""
+
+    roots: list[int]
+    every_s: float = 0.2
+    first: dict[tuple[int, int], float] = field(default_factory=dict)  # (pid, start) -> CPU at first sight
+    last: dict[tuple[int, int], float] = field(default_factory=dict)
+    peak_pss: dict[tuple[int, int], float] = field(default_factory=dict)
+    parents: dict[tuple[int, int], int] = field(default_factory=dict)
+    total_pss_peak: dict[int, float] = field(default_factory=dict)  # root -> its tree's peak PSS
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        born_before: set[tuple[int, int]] | None = None
+        while not self.stop.wait(self.every_s):
+            processes = process_stats()
+            trees = {root: self._tree(processes, root) for root in self.roots}
+            seen = {(pid, processes[pid][3]) for tree in trees.values() for pid in tree}
+            if born_before is None:
+                born_before = seen  # alive at the start: counted from this sample, not from birth
+            for root, tree in trees.items():
+                total = 0.0
+                for pid in tree:
+                    key = (pid, processes[pid][3])
+                    cpu = processes[pid][2]
+                    self.first.setdefault(key, cpu if key in born_before else 0.0)
+                    self.last[key] = cpu
+                    self.parents[key] = processes[pid][0]
+                    pss = pss_mb(pid)
+                    if pss is not None:
+                        self.peak_pss[key] = max(pss, self.peak_pss.get(key, 0.0))
+                        total += pss
+                self.total_pss_peak[root] = max(total, self.total_pss_peak.get(root, 0.0))
+
+    @staticmethod
+    def _tree(processes, root: int) -> list[int]:
+        found, todo = [root] if root in processes else [], [root]
+        while todo:
+            parent = todo.pop()
+            for pid, (ppid, *_rest) in processes.items():
+                if ppid == parent:
+                    found.append(pid)
+                    todo.append(pid)
+        return found
+
+    def cpu_s(self) -> float:
+        return sum(self.last[key] - self.first[key] for key in self.last)
+
+
+def ended_reader_runs(instance: DagsterInstance) -> int:
+    return instance.get_runs_count(RunsFilter(job_name=READER_JOB, statuses=[DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]))
+
+
+def measure(launcher: str, args, work: Path) -> dict[str, float]:
+    with contextlib.ExitStack() as stack:
+        bank = stack.enter_context(embedded_bank(work / launcher, partition_alive_seconds=args.partition_seconds))
+        os.environ.update(DEV_SETTINGS, CS_PLATFORM_SOFT_TIMEOUT_SECONDS=str(args.soft_timeout), CS_PLATFORM_START_TIMESTAMP=utc_now().isoformat())
+        workload, stop_writing = BankWorkload(bank.bank), threading.Event()
+        writer = threading.Thread(target=workload.run_until, args=(utc_now() + timedelta(hours=1), args.writes_per_second, 20, stop_writing), daemon=True)
+        writer.start()
+        stack.callback(writer.join)
+        stack.callback(stop_writing.set)
+        workers = stack.enter_context(run_workers(work / launcher, bank.dagster_home)) if launcher == "warm" else None
+        # The lake sensor is on by default; stopped before the daemon starts, it launches nothing.
+        subprocess.run([sys.executable, "-m", "dagster", "sensor", "stop", LAKE_SENSOR, "-w", "workspace.yaml"],
+                       cwd=REPO, check=True, capture_output=True, timeout=300)
+        daemon = launch([sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"], work / launcher / "dagster-daemon.log", cwd=REPO)
+        stack.callback(stop_process_group, daemon)
+        with DagsterInstance.get() as instance:
+            wait_until(lambda: ended_reader_runs(instance) >= 1, 300, f"{launcher}: a reader run's end", poll_s=0.5)
+            sampler = TreeSampler([daemon.pid] + ([workers.process.pid] if workers else []))
+            thread = threading.Thread(target=sampler.run, daemon=True)
+            ended_before = ended_reader_runs(instance)
+            thread.start()
+            time.sleep(args.window)
+            sampler.stop.set()
+            thread.join()
+            runs = ended_reader_runs(instance) - ended_before
+        if workers:  # the worker processes that ran a run: the warm parent's children that used CPU
+            run_processes = [key for key, parent in sampler.parents.items() if parent == workers.process.pid and sampler.last[key] > 0.5]
+        else:  # the runs the code server spawned: its children that lived a run's length
+            run_processes = [key for key in sampler.parents if sampler.last[key] - sampler.first[key] > 0.5 and sampler.parents[key] != daemon.pid]
+        pss = [sampler.peak_pss[key] for key in run_processes if key in sampler.peak_pss]
+        figures = {
+            f"reader_runs_{launcher}": runs,
+            f"launch_cpu_s_per_run_{launcher}": sampler.cpu_s() / max(runs, 1),
+            f"pss_mb_per_reader_run_{launcher}": statistics.median(pss) if pss else float("nan"),
+        }
+        if workers:
+            figures["workers_pss_mb"] = sampler.total_pss_peak[workers.process.pid]
+        if os.environ.get("RUN_LAUNCH_DEBUG"):
+            for key in sorted(sampler.last, key=lambda k: sampler.first[k] - sampler.last[k])[:15]:
+                print("  ", key, sampler.parents[key], round(sampler.last[key] - sampler.first[key], 2), round(sampler.peak_pss.get(key, 0), 1),
+                      Path(f"/proc/{key[0]}/cmdline").read_bytes()[:100] if Path(f"/proc/{key[0]}").exists() else "")
+        for name, value in figures.items():
+            print(f"{name}: {value:.2f}" if isinstance(value, float) else f"{name}: {value}", flush=True)
+        return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--window", type=float, default=120)
+    parser.add_argument("--soft-timeout", type=int, default=5)
+    parser.add_argument("--partition-seconds", type=int, default=20)
+    parser.add_argument("--writes-per-second", type=float, default=5)
+    parser.add_argument("--only", choices=("default", "warm"))
+    parser.add_argument("--workdir", type=Path, default=Path(".bench/run_launch"))
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped (timeout, kill), it stops what it started
+    results: dict[str, float] = {}
+    for launcher in ("default", "warm"):
+        if args.only in (None, launcher):
+            results.update(measure(launcher, args, args.workdir))
+    if not args.only:
+        print(f"launch_cpu_warm_over_default: {results['launch_cpu_s_per_run_warm'] / results['launch_cpu_s_per_run_default']:.2f}")
+    print(f"load_average: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
