@@ -250,6 +250,7 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
     print(f"{name}_live_partitions: {live:.1f} mean, {max(count for _, count in sampler.samples)} max")
     print(f"{name}_lag_p50_s: {statistics.median(lag):.1f}")
     print(f"{name}_lag_p95_s: {figures['lag_p95']:.1f}")
+    print(f"{name}_load_average: {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 minutes, as the case ended)")
     runs_per_partition_hour = window_runs / live / (window / 3600)
     print(f"{name}_runs_per_partition_hour: {runs_per_partition_hour:.0f} ({window_runs} reader runs started in the window)")
     print(f"{name}_dagster_storage_mb_per_partition_day: {runs_per_partition_hour * 24 * kb_per_run / 1024:.0f} (reader runs only)")

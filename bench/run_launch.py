@@ -13,6 +13,8 @@ the processes that share them, which RSS counts in each).
 Prints per launcher ``launch_cpu_s_per_run_<launcher>``: the CPU of all those processes over the
 window divided by the reader runs that ended in it (the daemon's ticks, a run's start, its read and
 its end: what grows with runs; the reads themselves are a small part on this idle-ish stream),
+``daemon_tree_cpu_s_per_run_<launcher>`` (of it, the daemon's tree: its ticks and its code server's
+sensor evaluations, which do not grow with runs, and under the default launcher the runs),
 ``pss_mb_per_reader_run_<launcher>`` (the median of each run process's peak PSS; warm: of the
 worker processes that ran a run), ``workers_pss_mb`` (the warm parent and its worker processes
 together, at their peak), and ``launch_cpu_warm_over_default``, with the load average.
@@ -71,6 +73,7 @@ class TreeSampler:
     last: dict[tuple[int, int], float] = field(default_factory=dict)
     peak_pss: dict[tuple[int, int], float] = field(default_factory=dict)
     parents: dict[tuple[int, int], int] = field(default_factory=dict)
+    tree_of: dict[tuple[int, int], int] = field(default_factory=dict)  # -> its root
     total_pss_peak: dict[int, float] = field(default_factory=dict)  # root -> its tree's peak PSS
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -90,6 +93,7 @@ class TreeSampler:
                     self.first.setdefault(key, cpu if key in born_before else 0.0)
                     self.last[key] = cpu
                     self.parents[key] = processes[pid][0]
+                    self.tree_of[key] = root
                     pss = pss_mb(pid)
                     if pss is not None:
                         self.peak_pss[key] = max(pss, self.peak_pss.get(key, 0.0))
@@ -107,8 +111,8 @@ class TreeSampler:
                     todo.append(pid)
         return found
 
-    def cpu_s(self) -> float:
-        return sum(self.last[key] - self.first[key] for key in self.last)
+    def cpu_s(self, root: int | None = None) -> float:
+        return sum(self.last[key] - self.first[key] for key in self.last if root in (None, self.tree_of[key]))
 
 
 def ended_reader_runs(instance: DagsterInstance) -> int:
@@ -148,14 +152,13 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
         figures = {
             f"reader_runs_{launcher}": runs,
             f"launch_cpu_s_per_run_{launcher}": sampler.cpu_s() / max(runs, 1),
+            # The daemon's tree: its ticks (sensors, queue, monitoring) and its code server's sensor
+            # evaluations, whatever the runs; under the default launcher the runs it spawns too.
+            f"daemon_tree_cpu_s_per_run_{launcher}": sampler.cpu_s(daemon.pid) / max(runs, 1),
             f"pss_mb_per_reader_run_{launcher}": statistics.median(pss) if pss else float("nan"),
         }
         if workers:
             figures["workers_pss_mb"] = sampler.total_pss_peak[workers.process.pid]
-        if os.environ.get("RUN_LAUNCH_DEBUG"):
-            for key in sorted(sampler.last, key=lambda k: sampler.first[k] - sampler.last[k])[:15]:
-                print("  ", key, sampler.parents[key], round(sampler.last[key] - sampler.first[key], 2), round(sampler.peak_pss.get(key, 0), 1),
-                      Path(f"/proc/{key[0]}/cmdline").read_bytes()[:100] if Path(f"/proc/{key[0]}").exists() else "")
         for name, value in figures.items():
             print(f"{name}: {value:.2f}" if isinstance(value, float) else f"{name}: {value}", flush=True)
         return figures
