@@ -98,23 +98,22 @@ class ReaderRunLauncher(RunLauncher, ConfigurableClass):
             self.others.launch_run(context)
 
     def terminate(self, run_id: str) -> bool:
-        """Ask a reader run to drain: SIGTERM to its worker process (its task revoked). From the UI
-        (the run is STARTED) this returns at once, the run CANCELING. From run monitoring past
-        ``dagster/max_runtime`` (which reports the run CANCELING first) it waits up to
-        ``drain_wait_seconds`` for the drain: False once the run ended by itself (landed,
-        persisted, CANCELED), which Dagster leaves as it is; True if it did not end, which Dagster
-        then marks FAILED, as it should a hung run (its partition is relaunched; the metadata
-        table's owner check fences the hung one)."""
+        """Ask a reader run to drain: SIGTERM to its worker process (its task revoked). The run
+        reports itself CANCELING as it drains (``defs.runs.end_canceled``), so a run that ends on
+        its own as it is terminated keeps its SUCCESS: reporting it here, as the default launcher
+        does, overwrote a run that had just succeeded (seen on a loaded machine). From the UI this
+        returns at once. From run monitoring past ``dagster/max_runtime`` (which reports the run
+        CANCELING first) it waits up to ``drain_wait_seconds`` for the drain: False once the run
+        ended by itself (landed, persisted, CANCELED), which Dagster then leaves as it is; True if
+        it did not end, which Dagster then marks FAILED, as it should a hung run (its partition is
+        relaunched; the metadata table's owner check fences the hung one)."""
         run = self._instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             return False
         if DAGSTER_CELERY_TASK_ID_TAG not in run.tags:
             return self.others.terminate(run_id)
-        asked_by_monitoring = run.status is DagsterRunStatus.CANCELING
-        if not asked_by_monitoring:
-            self._instance.report_run_canceling(run, message="Terminating: its run worker drains it (lands, persists its watermark, ends)")
         self.readers.terminate(run_id)
-        if not asked_by_monitoring:
+        if run.status is not DagsterRunStatus.CANCELING:
             return True
         deadline = time.monotonic() + self.drain_wait_seconds
         while time.monotonic() < deadline:
