@@ -26,6 +26,7 @@ from cs_platform.dev.emulator import find_emulator_binary, free_loopback_port
 from cs_platform.dev.gcs_emulator import gcs_emulator
 from cs_platform.dev.postgres import postgres_server
 from cs_platform.dev.process_group import launch, start_server, stop_process_group
+from cs_platform.dev.run_workers import BROKER_SETTING
 from cs_platform.dev.workload import BANK_TABLES_DDL, create_database, create_instance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,12 +119,14 @@ def test_the_deploy_guide_runs_as_written_on_the_local_stand_ins(spanner_gateway
             monkeypatch.setenv(key, env[key])  # this process reads the instance too
         _services_start(guide["services"], env, tmp_path)
 
-        # Step 8: the Secret holds exactly the secret settings, and the code location is the workspace's.
+        # Step 8: the Secret holds exactly the secret settings but the broker's (a Secret of the
+        # daemon, the webserver and the run workers, which the guide names), and the code location is the workspace's.
         [deployment] = yaml.safe_load(guide["helm values"])["dagster-user-deployments"]["deployments"]
         [secret] = [s["name"] for s in deployment["envSecrets"]]
         text = GUIDE.read_text()
         held = set(re.findall(r"CS_PLATFORM_[A-Z_]+", text[text.index(f"the Secret `{secret}` holds") :].split("\n\n")[0]))
-        assert held == SECRETS
+        assert held == SECRETS - {BROKER_SETTING}
+        assert f"`{BROKER_SETTING}` holds Redis's password: a Secret of its own" in text
         [workspace] = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
         assert deployment["dagsterApiGrpcArgs"] == ["--module-name", workspace["python_module"]["module_name"]]
 
