@@ -42,7 +42,7 @@ run_queue:
       limit: 1
 run_monitoring:
   enabled: true
-  poll_interval_seconds: 30
+  poll_interval_seconds: 10  # a run worker's process lost: its run FAILED within about 10 s, its partition relaunched
 telemetry:
   enabled: false
 nux:
