@@ -116,7 +116,7 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
             time.sleep(WRITE_SECONDS)
             stack.await_webserver()  # it loads while the writer writes
             with DagsterInstance.get() as instance:
-                check_warm_runs(stack, instance)
+                check_warm_runs(stack, instance, store)
             wait_until(lambda: has_split_and_merged(store), 300, "a split and a merge", poll_s=2)
         finally:
             stop_writing.set()
@@ -158,12 +158,11 @@ def test_the_production_stack_lands_and_cuts_every_transaction_exactly_once(tmp_
         assert any(executors.values()) and not any("driver" in ids for ids in executors.values()), executors
 
 
-def check_warm_runs(stack: Stack, instance: DagsterInstance) -> None:
+def check_warm_runs(stack: Stack, instance: DagsterInstance, store: PartitionMetadataStore) -> None:
     """Each guarantee of a reader run on a warm worker, on the stack's live runs (warm_runs.py)."""
     started = warm_runs.reader_runs(instance, DagsterRunStatus.STARTED, DagsterRunStatus.SUCCESS)
     assert started and all(r.dagster_run.tags.get(DAGSTER_CELERY_TASK_ID_TAG) for r in started), "a reader run not on a run worker"
-    killed, killed_at = warm_runs.kill_a_worker_process(instance, stack.workers.process.pid)
-    besides = frozenset({killed.dagster_run.run_id})
+    killed, killed_at, besides = warm_runs.kill_a_worker_process(instance, stack.workers.process.pid, store)
     ui = warm_runs.terminate_from_the_ui(stack.webserver, instance, besides)
     assert (ui.status, ui.drained, ui.marked_failed) == (DagsterRunStatus.CANCELED, True, False), ui
     over = warm_runs.terminate_past_max_runtime(instance, besides)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
 from dagster._daemon.monitoring.run_monitoring import check_run_timeout
 
+from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState
 from cs_platform.dev.deadline import wait_until
 
 READER_JOB = "bank_stream_read_partition"
@@ -53,7 +54,7 @@ def a_live_reader_run(instance: DagsterInstance, besides: frozenset[str] = froze
         ]
         return bool(found)
 
-    wait_until(started, 180, "a reader run reading on a run worker", poll_s=0.2)
+    wait_until(started, 180, "a reader run reading on a run worker", poll_s=0.5)
     return max(found, key=lambda r: r.start_time or 0)
 
 
@@ -72,9 +73,13 @@ def ended(instance: DagsterInstance, run_id: str, within_s: float = 240) -> Dags
 
 
 def messages(instance: DagsterInstance, run_id: str) -> list[str]:
-    return [entry.message or "" for entry in instance.all_logs(run_id)] + [
-        entry.dagster_event.message or "" for entry in instance.all_logs(run_id) if entry.dagster_event
-    ]
+    """What the run logged: its log lines and its events' messages."""
+    found = []
+    for entry in instance.all_logs(run_id):
+        found.append(entry.message or "")
+        if entry.dagster_event:
+            found.append(entry.dagster_event.message or "")
+    return found
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,9 @@ class Outcome:
 
 
 def terminated(instance: DagsterInstance, attempts: int, terminate, besides: frozenset[str]) -> Outcome:
-    """Terminate a live reader run with ``terminate(record)``; a run that ended on its own first (its
-    soft timeout came before the termination) does not count: try another, up to ``attempts``."""
+    """Terminate a live reader run with ``terminate(record)``; a run whose read ended on its own first
+    (its soft timeout or its partition's end came before the termination) does not count: try
+    another, up to ``attempts``."""
     for _ in range(attempts):
         record = a_live_reader_run(instance, besides)
         terminate(record)
@@ -95,9 +101,12 @@ def terminated(instance: DagsterInstance, attempts: int, terminate, besides: fro
         status = ended(instance, run_id)
         failures = instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE)
         outcome = Outcome(run_id, status, any(DRAINED in m for m in messages(instance, run_id)), bool(failures))
-        if status is not DagsterRunStatus.SUCCESS:
+        # Its read ended before the signal (its partition ended: its step succeeded), and the signal
+        # met Dagster's end of the run, which it then counts as interrupted: nothing was left to drain.
+        read_to_its_end = bool(instance.all_logs(run_id, of_type=DagsterEventType.STEP_SUCCESS))
+        if status is not DagsterRunStatus.SUCCESS and not read_to_its_end:
             return outcome
-        log.info("run %s ended on its own before its termination; another", run_id)
+        log.info("run %s ended its read on its own before its termination (%s); another", run_id, status.value)
     raise AssertionError(f"every one of {attempts} reader runs ended on its own before it was terminated")
 
 
@@ -118,15 +127,29 @@ def terminate_past_max_runtime(instance: DagsterInstance, besides: frozenset[str
     return terminated(instance, 5, monitor, besides)
 
 
-def kill_a_worker_process(instance: DagsterInstance, workers_pid: int) -> tuple[RunRecord, float]:
-    """SIGKILL the worker process of a live reader run, one of the run workers' own (checked)."""
-    record = a_live_reader_run(instance)
-    pid = worker_pid(instance, record.dagster_run.run_id)
-    with open(f"/proc/{pid}/stat") as stat:
-        parent = int(stat.read().rsplit(")", 1)[1].split()[1])
-    assert parent == workers_pid, f"run {record.dagster_run.run_id}'s pid {pid} is not a run worker's process"
-    os.kill(pid, signal.SIGKILL)
-    return record, time.time()
+def kill_a_worker_process(instance: DagsterInstance, workers_pid: int, store: PartitionMetadataStore) -> tuple[RunRecord, float, frozenset[str]]:
+    """SIGKILL the worker process of a live reader run (one of the run workers' own, checked) whose
+    partition is still unfinished after the kill: a run that read its partition to its end just
+    before owes no relaunch, so another is killed. Returns the run, when it was killed, and every
+    run killed (each STARTED until run monitoring's next pass)."""
+    killed: set[str] = set()
+    for _ in range(3):
+        record = a_live_reader_run(instance, frozenset(killed))
+        run_id, key = record.dagster_run.run_id, record.dagster_run.tags["dagster/partition"]
+        if store.get_by_key(key).state is PartitionState.FINISHED:
+            killed.add(run_id)  # not killed: it ends on its own; skipped all the same
+            continue
+        pid = worker_pid(instance, run_id)
+        with open(f"/proc/{pid}/stat") as stat:
+            parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        assert parent == workers_pid, f"run {run_id}'s pid {pid} is not a run worker's process"
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.time()
+        killed.add(run_id)
+        if store.get_by_key(key).state is not PartitionState.FINISHED:
+            return record, killed_at, frozenset(killed)
+        log.info("run %s finished partition %s just before it was killed; another", run_id, key)
+    raise AssertionError("three reader runs in a row finished their partitions as they were killed")
 
 
 def relaunched(instance: DagsterInstance, record: RunRecord, killed_at: float) -> RunRecord:
