@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo dev stack bench setup clean
+.PHONY: test demo dev stack image bench setup clean
 
 setup: $(STAMP)
 
@@ -47,6 +47,11 @@ dev: setup
 stack: setup
 	$(NEEDS) emulator postgresql redis
 	$(PY) -m cs_platform.dev.stack
+
+# The image of docs/production.md (deploy/image/Containerfile), built with buildah from Debian's
+# packages and checked with no network. Not part of make test: a build takes minutes and root.
+image:
+	deploy/image/build
 
 bench: setup
 	$(NEEDS) emulator

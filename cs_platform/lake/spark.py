@@ -70,12 +70,17 @@ DELTA_CONF = {
 }
 
 
+def delta_packages() -> str:
+    """The Maven coordinates of Delta's jars for the installed delta-spark: what its pip helper asks
+    Spark to resolve (``spark.jars.packages``)."""
+    return configure_spark_with_delta_pip(SparkSession.builder)._options["spark.jars.packages"]
+
+
 def delta_spark_config(
     master: str = "local[*]", app_name: str = "cs_platform", extra: Mapping[str, str] | None = None, storage: GcsAccess | None = None
 ) -> dict[str, str]:
     """Delta's jars and settings, plus the GCS connector when ``storage`` says gs:// is used."""
-    builder = configure_spark_with_delta_pip(SparkSession.builder)
-    packages = builder._options["spark.jars.packages"]  # what the helper asked Maven for
+    packages = delta_packages()
     resolved = resolved_jars(packages)  # by an earlier start on this machine: nothing to resolve
     jars = {"spark.jars": ",".join(resolved)} if resolved else {"spark.jars.packages": packages}
     if master.startswith("local") or _master_host(master) in LOOPBACK_HOSTS:
