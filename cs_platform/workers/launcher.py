@@ -1,18 +1,24 @@
-"""The instance's run launcher: reader runs on warm run workers, every other run as Dagster's
-default launcher runs it.
+"""The instance's run launcher: reader runs on warm run workers, every other run by another
+launcher (Dagster's default, or the one ``others`` names).
 
 A reader run (tagged ``cs_platform/reader``, as every run of a stream's reader job is) goes to a
 queue of the broker as a ``dagster-celery`` task; a worker process (``cs_platform.workers.worker``)
 that imported Dagster and the code location before it forked executes it. The lake, rebuild,
-maintenance and cleanup runs, rare and long, start in the code server's new processes as before:
-a Spark driver is not something to keep in a shared worker. The same split dagster PR #34152
-proposes for routing runs by tag.
+maintenance and cleanup runs, rare and long, go to the other launcher: by default Dagster's own,
+which starts them in the code server's new processes; on Kubernetes ``dagster_k8s``'s
+``K8sRunLauncher``, a Job each, sized by its ``dagster-k8s/config`` tag (a Spark driver is not
+something to keep in a shared worker, nor in the code location's pod). The same split dagster PR
+#34152 proposes for routing runs by tag.
 
     run_launcher:
       module: cs_platform.workers.launcher
       class: ReaderRunLauncher
       config:
         broker: {env: CS_PLATFORM_RUN_BROKER}   # redis://… (with a password) or redis+socket://…
+        others:                                 # optional: the launcher of every other run
+          module: dagster_k8s
+          class: K8sRunLauncher
+          config: {instance_config_map: dagster-instance, ...}
 
 Termination (the UI, ``dagster/max_runtime``) revokes the task with SIGTERM: the reader drains as it
 does under the default launcher's interrupt (``defs.runs.drain_on_interrupt``), lands, persists its
@@ -26,7 +32,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, Field, StringSource
+import yaml
+from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, Field, Permissive, Shape, StringSource
 from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, LaunchRunContext, RunLauncher, WorkerStatus
 from dagster._serdes import ConfigurableClass, ConfigurableClassData
 from dagster_celery.launcher import CeleryRunLauncher
@@ -54,12 +61,15 @@ def celery_settings() -> dict[str, Any]:
 class ReaderRunLauncher(RunLauncher, ConfigurableClass):
     """Reader runs to warm workers through ``broker``; other runs as :class:`DefaultRunLauncher`."""
 
-    def __init__(self, broker: str, queue: str = QUEUE, drain_wait_seconds: float = 60, inst_data: ConfigurableClassData | None = None):
+    def __init__(
+        self, broker: str, queue: str = QUEUE, drain_wait_seconds: float = 60, others: Mapping[str, Any] | None = None,
+        inst_data: ConfigurableClassData | None = None,
+    ):
         self._inst_data = inst_data
         self.queue = queue
         self.drain_wait_seconds = drain_wait_seconds
         self.readers = CeleryRunLauncher(default_queue=queue, broker=broker, backend=broker, config_source=celery_settings())
-        self.others = DefaultRunLauncher()
+        self.others = other_launcher(others) if others else DefaultRunLauncher()
         super().__init__()
 
     @property
@@ -84,6 +94,14 @@ class ReaderRunLauncher(RunLauncher, ConfigurableClass):
             "drain_wait_seconds": Field(
                 float, is_required=False, default_value=60.0,
                 description="How long run monitoring waits for a reader run past its dagster/max_runtime to drain before it is marked FAILED",
+            ),
+            "others": Field(
+                Shape({"module": str, "class": str, "config": Field(Permissive(), is_required=False, default_value={})}),
+                is_required=False,
+                description=(
+                    "The launcher of every run but reader runs (lake, rebuild, maintenance, cleanup), named as dagster.yaml's "
+                    "run_launcher names one; Dagster's DefaultRunLauncher when unset. On Kubernetes: dagster_k8s's K8sRunLauncher"
+                ),
             ),
         }
 
@@ -132,7 +150,9 @@ class ReaderRunLauncher(RunLauncher, ConfigurableClass):
         (that launcher cannot tell), as without this launcher."""
         task_id = run.tags.get(DAGSTER_CELERY_TASK_ID_TAG)
         if task_id is None:
-            return CheckRunHealthResult(WorkerStatus.RUNNING, "started by the default launcher: not checked")
+            if self.others.supports_check_run_worker_health:  # K8sRunLauncher: the Job's state
+                return self.others.check_run_worker_health(run)
+            return CheckRunHealthResult(WorkerStatus.RUNNING, f"started by {type(self.others).__name__}, which cannot tell: not checked")
         state = self.celery.AsyncResult(task_id).state
         if state in ALIVE_TASK_STATES:
             return CheckRunHealthResult(ALIVE_TASK_STATES[state])
@@ -143,7 +163,7 @@ class ReaderRunLauncher(RunLauncher, ConfigurableClass):
     def get_run_worker_debug_info(self, run: DagsterRun, include_container_logs: bool | None = True) -> str | None:
         if DAGSTER_CELERY_TASK_ID_TAG in run.tags:
             return self.readers.get_run_worker_debug_info(run, include_container_logs)
-        return None
+        return self.others.get_run_worker_debug_info(run, include_container_logs)
 
     def dispose(self) -> None:
         self.readers.dispose()
@@ -151,3 +171,9 @@ class ReaderRunLauncher(RunLauncher, ConfigurableClass):
 
     def join(self, timeout: int = 30) -> None:
         self.others.join(timeout)
+
+
+def other_launcher(named: Mapping[str, Any]) -> RunLauncher:
+    """The launcher ``others`` names, built and its config checked as Dagster builds the instance's
+    own (a wrong config fails the instance's load, naming the field)."""
+    return ConfigurableClassData(named["module"], named["class"], yaml.safe_dump(dict(named.get("config") or {}))).rehydrate(as_type=RunLauncher)

@@ -4,7 +4,8 @@ runs would never reach it. What runs on the workers keeps (termination, a killed
 restarts) is proven on live runs of the production stack (``test_production_stack``)."""
 
 import pytest
-from dagster import DagsterInstance, job, reconstructable
+from dagster import DagsterInstance, DagsterRunStatus, job, reconstructable
+from dagster._core.errors import DagsterInvalidConfigError
 from dagster._core.launcher import LaunchRunContext, WorkerStatus
 from dagster._core.test_utils import create_run_for_test
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
@@ -77,3 +78,25 @@ def test_a_worker_refuses_an_instance_that_does_not_send_it_runs(tmp_path):
     with DagsterInstance.from_config(str(tmp_path)) as instance:
         with pytest.raises(WorkerSetupError, match="set run_launcher in its dagster.yaml to module cs_platform.workers.launcher"):
             reader_launcher(instance)
+
+
+def test_other_runs_go_to_the_launcher_others_names_checked_at_load(tmp_path, broker):
+    """On Kubernetes every run but reader runs is a Job (dagster_k8s's K8sRunLauncher); here Dagster's
+    in-memory launcher stands for it, which runs the job as it is launched."""
+    home = tmp_path / "home"
+    home.mkdir()
+    others = "\n    others: {module: dagster._core.launcher.sync_in_memory_run_launcher, class: SyncInMemoryRunLauncher}\n"
+    (home / "dagster.yaml").write_text(instance_yaml(4))
+    use_run_workers(home / "dagster.yaml")
+    (home / "dagster.yaml").write_text((home / "dagster.yaml").read_text().rstrip("\n") + others)
+    with DagsterInstance.from_config(str(home)) as instance:
+        origin = reconstructable(a_job).get_python_origin()
+        lake = create_run_for_test(instance, job_name="a_job", job_code_origin=origin)
+        instance.run_launcher.launch_run(LaunchRunContext(dagster_run=lake, workspace=None))
+        assert instance.get_run_by_id(lake.run_id).status is DagsterRunStatus.SUCCESS
+        assert DAGSTER_CELERY_TASK_ID_TAG not in instance.get_run_by_id(lake.run_id).tags
+    # A wrong config of the other launcher fails the instance's load, naming what is missing.
+    k8s = "\n    others: {module: dagster_k8s, class: K8sRunLauncher, config: {job_namespace: dagster}}\n"
+    (home / "dagster.yaml").write_text((home / "dagster.yaml").read_text().replace(others, k8s))
+    with pytest.raises(DagsterInvalidConfigError, match="instance_config_map"):
+        DagsterInstance.from_config(str(home)).run_launcher  # noqa: B018 (the launcher is built on first use)
