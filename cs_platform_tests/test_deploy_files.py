@@ -19,6 +19,7 @@ from dagster import DagsterInstance
 from dagster._config import process_config
 from dagster_k8s import K8sRunLauncher
 
+from cs_platform.defs.tags import READER_TAG
 from cs_platform.dev.embedded import instance_yaml
 from cs_platform.dev.run_workers import BROKER_SETTING
 from cs_platform.workers.launcher import ReaderRunLauncher
@@ -29,7 +30,6 @@ VALUES = yaml.safe_load((ROOT / "deploy" / "helm" / "values.yaml").read_text())
 CONTAINERFILE = (ROOT / "deploy" / "image" / "Containerfile").read_text()
 [USER_DEPLOYMENT] = VALUES["dagster-user-deployments"]["deployments"]
 [WORKER] = WORKERS["spec"]["template"]["spec"]["containers"]
-READER_TAG = "cs_platform/reader"
 
 
 def rendered_instance(values: dict) -> dict:

@@ -7,5 +7,5 @@
 - ``alerts``          the alerts sensor: failing lake runs, failing reads of a partition, failing checks
 - ``resources``       the configurable resources, from the settings (``EnvVar``)
 - ``runs``            run statuses, liveness marks, yield and drain on Dagster's run storage
-- ``names``, ``schedules``  a stream's Dagster names; one asset's job and schedule
+- ``names``, ``tags``, ``schedules``  a stream's Dagster names; the run tags the run queue and launcher act on; one asset's job and schedule
 """

@@ -32,13 +32,11 @@ from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.reading import read_and_land
 from cs_platform.defs.resources import ChangeStreamResource, LandingResource
 from cs_platform.defs.runs import PARTITION_TAG, ask_to_yield, live_runs_by_partition, queued_runs_allowed, seconds_since_progress
+from cs_platform.defs.tags import READER_TAG, STREAM_TAG
 from cs_platform.settings import env_name, naming_settings, start_over
 from cs_platform.stream import detection as partition_detection
 from cs_platform.stream.detection import LiveRead
 from cs_platform.stream.launches import LaunchPlanner, SensorCursor
-
-STREAM_TAG = "cs_platform/stream"
-READER_TAG = "cs_platform/reader"  # every reader run carries it: cap them with a tag concurrency limit
 
 
 def change_stream_definitions(

@@ -68,6 +68,7 @@ from cs_platform.defs.runs import (
     seconds_since_progress,
     stop_if_presumed_dead,
 )
+from cs_platform.defs.tags import LAKE_TAG
 from cs_platform.settings import naming_settings, start_over
 from cs_platform.stream.reporting import Cadence, liveness_beat_seconds
 from cs_platform.stream.state import StreamPosition, stream_cut
@@ -77,7 +78,6 @@ if TYPE_CHECKING:
     from cs_platform.lake.stream_lake import Lake
     from cs_platform.stream.lake_steps import LakeAdvance
 
-LAKE_TAG = "cs_platform/lake"  # every lake run carries it: one lake run per stream (tag concurrency limit)
 # Set by the lake sensor: the run keeps cutting for CS_PLATFORM_LAKE_SOFT_TIMEOUT_SECONDS. Without it
 # (a materialization from the UI, a backfill) a lake run takes one cut.
 KEEP_CUTTING_TAG = "cs_platform/keep_cutting"

@@ -17,10 +17,10 @@ from dagster import (
     asset,
 )
 
-from cs_platform.defs.lake_assets import LAKE_TAG
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import LakeResource
 from cs_platform.defs.schedules import scheduled_job
+from cs_platform.defs.tags import LAKE_TAG
 
 if TYPE_CHECKING:
     from cs_platform.lake.maintenance import MaintenanceResult

@@ -21,9 +21,9 @@ from dagster import (
     in_process_executor,
 )
 
-from cs_platform.defs.lake_assets import LAKE_TAG
 from cs_platform.defs.names import ChangeStreamNames
 from cs_platform.defs.resources import ChangeStreamResource, LakeResource
+from cs_platform.defs.tags import LAKE_TAG
 from cs_platform.settings import naming_settings
 
 

@@ -39,7 +39,8 @@ from dagster._serdes import ConfigurableClass, ConfigurableClassData
 from dagster_celery.launcher import CeleryRunLauncher
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
 
-READER_TAG = "cs_platform/reader"  # cs_platform.defs.change_stream tags every reader run with it
+from cs_platform.defs.tags import READER_TAG
+
 QUEUE = "cs_platform_readers"
 # A run that is still draining after its task was revoked (a SIGTERM): its task says REVOKED at
 # once, the run ends itself, and a run that hangs is ended by run monitoring's cancel timeout.

@@ -169,7 +169,8 @@ def _drained_run(partition_key: str, marker: Path) -> None:
 
 
 def _drained_lake_run(marker: Path) -> None:
-    from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG, LAKE_TAG
+    from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG
+    from cs_platform.defs.tags import LAKE_TAG
     from cs_platform.lake import stream_lake
 
     apply_cut = stream_lake.Lake.apply_cut
@@ -218,7 +219,8 @@ def _crashing_cleanup(step: str, marker: Path) -> None:
 
 
 def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror", how: str = "kill") -> None:
-    from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG, LAKE_TAG
+    from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG
+    from cs_platform.defs.tags import LAKE_TAG
     from cs_platform.lake import stream_lake
     from cs_platform_tests.lake.killed import stopping_after
 

@@ -12,6 +12,7 @@ from cs_platform.changestream.metadata import utc_now
 from cs_platform.definitions import build_definitions
 from cs_platform.defs import lake_assets
 from cs_platform.defs.lake_assets import CHECKS
+from cs_platform.defs.tags import LAKE_TAG
 from cs_platform.dev.deadline import load_per_core
 from cs_platform.dev.oracle import check_bank_cut
 from cs_platform.lake.spark import warm_delta
@@ -54,7 +55,7 @@ def test_a_sensor_launched_lake_run_keeps_cutting_and_records_each_cut(bank_stre
     def lake_run() -> None:
         defs = build_definitions()
         cut_step = [a for a in defs.assets if MIRRORS in a.keys]
-        tags = {lake_assets.LAKE_TAG: "BankStream", lake_assets.KEEP_CUTTING_TAG: "true"}
+        tags = {LAKE_TAG: "BankStream", lake_assets.KEEP_CUTTING_TAG: "true"}
         runs.append(materialize(cut_step, resources=defs.resources, instance=dagster_instance, tags=tags, raise_on_error=False))
 
     workload, end = bank_stream.read_short_window(dagster_instance, seconds=window_s, alongside=lake_run, write_seconds=15)

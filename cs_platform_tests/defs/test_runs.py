@@ -2,8 +2,8 @@
 
 from dagster import DagsterInstance
 
-from cs_platform.defs.change_stream import READER_TAG
 from cs_platform.defs.runs import queued_runs_allowed
+from cs_platform.defs.tags import READER_TAG
 from cs_platform.dev.embedded import instance_yaml
 
 

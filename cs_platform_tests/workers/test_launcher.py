@@ -10,10 +10,11 @@ from dagster._core.launcher import LaunchRunContext, WorkerStatus
 from dagster._core.test_utils import create_run_for_test
 from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
 
+from cs_platform.defs.tags import READER_TAG
 from cs_platform.dev.embedded import instance_yaml
 from cs_platform.dev.redis import redis_server
 from cs_platform.dev.run_workers import BROKER_SETTING, use_run_workers
-from cs_platform.workers.launcher import QUEUE, READER_TAG, ReaderRunLauncher
+from cs_platform.workers.launcher import QUEUE, ReaderRunLauncher
 from cs_platform.workers.worker import WorkerSetupError, reader_launcher
 
 
