@@ -6,7 +6,6 @@ benchmarks run reader runs this way.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from typing import Iterator
 
 from cs_platform.dev.dagster_dev import REPO
 from cs_platform.dev.deadline import Deadline
+from cs_platform.dev.environment import environment_set
 from cs_platform.dev.process_group import ServerStartError, launch, stop_process_group, tail
 from cs_platform.dev.redis import redis_server
 
@@ -79,19 +79,10 @@ def run_workers(workdir: Path, dagster_home: Path, concurrency: int | None = Non
     with ExitStack() as stack:
         broker = stack.enter_context(redis_server(workdir / "redis.log"))
         use_run_workers(dagster_home / "dagster.yaml")
-        saved = os.environ.get(BROKER_SETTING)
-        os.environ[BROKER_SETTING] = broker
-        stack.callback(_restore, saved)
+        stack.enter_context(environment_set({BROKER_SETTING: broker}))
         workers = RunWorkers(broker, workdir / "run-workers.log", concurrency)
         stack.callback(workers.stop)
         yield workers
-
-
-def _restore(saved: str | None) -> None:
-    if saved is None:
-        os.environ.pop(BROKER_SETTING, None)
-    else:
-        os.environ[BROKER_SETTING] = saved
 
 
 def _await_ready(process: subprocess.Popen, log: Path, offset: int) -> None:

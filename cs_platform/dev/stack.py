@@ -35,6 +35,7 @@ from cs_platform.changestream.metadata import utc_now
 from cs_platform.dev.dagster_dev import REPO
 from cs_platform.dev.embedded import EmbeddedBank, embedded_bank, instance_yaml
 from cs_platform.dev.emulator import free_loopback_port
+from cs_platform.dev.environment import environment_set
 from cs_platform.dev.gcs_emulator import create_bucket, gcs_emulator
 from cs_platform.dev.metrics_server import metrics_server
 from cs_platform.dev.postgres import postgres_server
@@ -100,14 +101,6 @@ class Stack:
         return f"gs://{BUCKET}/lake"
 
 
-def _restore_environment(saved: dict[str, str | None]) -> None:
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
 def dagster_yaml(postgres_url: str) -> str:
     """make dev's instance settings, with every storage (runs, events, schedules) on PostgreSQL."""
     return f"{instance_yaml()}storage:\n  postgres:\n    postgres_url: {postgres_url}\n"
@@ -160,8 +153,7 @@ def production_stack(
             "CS_PLATFORM_START_TIMESTAMP": start.isoformat(),
             **DEV_SETTINGS,
         }
-        stack.callback(_restore_environment, {key: os.environ.get(key) for key in settings})
-        os.environ.update(settings)  # for the daemon, the webserver and their run processes
+        stack.enter_context(environment_set(settings))  # for the daemon, the webserver and their run processes
         # The daemon first: it ticks while the webserver loads (Stack.await_webserver waits for that).
         workers = stack.enter_context(run_workers(workdir, bank.dagster_home))
         daemon = Daemon(workdir / "dagster-daemon.log")
