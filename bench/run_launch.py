@@ -16,8 +16,9 @@ its end: what grows with runs; the reads themselves are a small part on this idl
 ``daemon_tree_cpu_s_per_run_<launcher>`` (of it, the daemon's tree: its ticks and its code server's
 sensor evaluations, which do not grow with runs, and under the default launcher the runs),
 ``pss_mb_per_reader_run_<launcher>`` (the median of each run process's peak PSS; warm: of the
-worker processes that ran a run), ``workers_pss_mb`` (the warm parent and its worker processes
-together, at their peak), and ``launch_cpu_warm_over_default``, with the load average.
+worker processes that ran a run) and ``rss_mb_per_reader_run_<launcher>`` (its RSS: what a run
+holds with nothing shared, as in a pod of its own), ``workers_pss_mb`` (the warm parent and its worker processes
+together, at their peak; ``workers_parent_pss_mb`` the parent alone), and ``launch_cpu_warm_over_default``, with the load average.
 
     .venv/bin/python bench/run_launch.py [--window 120 --soft-timeout 5 --only default|warm]
 """
@@ -53,14 +54,13 @@ READER_JOB = "bank_stream_read_partition"
 LAKE_SENSOR = "bank_stream_lake_sensor"
 
 
-def pss_mb(pid: int) -> float | None:
+def memory_mb(pid: int) -> tuple[float, float] | None:
+    """The process's PSS and RSS in MB, or None once it has gone."""
     try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) / 1024
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
     except OSError:
         return None
-    return None
+    return int(fields["Pss"].split()[0]) / 1024, int(fields["Rss"].split()[0]) / 1024
 
 
 @dataclass
@@ -72,6 +72,7 @@ class TreeSampler:
     first: dict[tuple[int, int], float] = field(default_factory=dict)  # (pid, start) -> CPU at first sight
     last: dict[tuple[int, int], float] = field(default_factory=dict)
     peak_pss: dict[tuple[int, int], float] = field(default_factory=dict)
+    peak_rss: dict[tuple[int, int], float] = field(default_factory=dict)
     parents: dict[tuple[int, int], int] = field(default_factory=dict)
     tree_of: dict[tuple[int, int], int] = field(default_factory=dict)  # -> its root
     total_pss_peak: dict[int, float] = field(default_factory=dict)  # root -> its tree's peak PSS
@@ -94,9 +95,11 @@ class TreeSampler:
                     self.last[key] = cpu
                     self.parents[key] = processes[pid][0]
                     self.tree_of[key] = root
-                    pss = pss_mb(pid)
-                    if pss is not None:
+                    memory = memory_mb(pid)
+                    if memory is not None:
+                        pss, rss = memory
                         self.peak_pss[key] = max(pss, self.peak_pss.get(key, 0.0))
+                        self.peak_rss[key] = max(rss, self.peak_rss.get(key, 0.0))
                         total += pss
                 self.total_pss_peak[root] = max(total, self.total_pss_peak.get(root, 0.0))
 
@@ -149,6 +152,7 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
         else:  # the runs the code server spawned: its children that lived a run's length
             run_processes = [key for key in sampler.parents if sampler.last[key] - sampler.first[key] > 0.5 and sampler.parents[key] != daemon.pid]
         pss = [sampler.peak_pss[key] for key in run_processes if key in sampler.peak_pss]
+        rss = [sampler.peak_rss[key] for key in run_processes if key in sampler.peak_rss]
         figures = {
             f"reader_runs_{launcher}": runs,
             f"launch_cpu_s_per_run_{launcher}": sampler.cpu_s() / max(runs, 1),
@@ -156,9 +160,13 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
             # evaluations, whatever the runs; under the default launcher the runs it spawns too.
             f"daemon_tree_cpu_s_per_run_{launcher}": sampler.cpu_s(daemon.pid) / max(runs, 1),
             f"pss_mb_per_reader_run_{launcher}": statistics.median(pss) if pss else float("nan"),
+            # What a run process holds with nothing shared: what a pod of its own needs (K8sRunLauncher).
+            f"rss_mb_per_reader_run_{launcher}": statistics.median(rss) if rss else float("nan"),
         }
         if workers:
             figures["workers_pss_mb"] = sampler.total_pss_peak[workers.process.pid]
+            # The parent alone (Dagster and the code location imported, nothing run): a pod's base.
+            figures["workers_parent_pss_mb"] = max(v for k, v in sampler.peak_pss.items() if k[0] == workers.process.pid)
         for name, value in figures.items():
             print(f"{name}: {value:.2f}" if isinstance(value, float) else f"{name}: {value}", flush=True)
         return figures
