@@ -33,6 +33,12 @@ window: it holds lake runs up while it runs (``bench/lake_cost.py`` prices it).
 - **p48_r48**: the same stream with a run slot for each partition (48), so reads do not rotate
   (a run lives its soft timeout), landing every 10 s: prints ``lag_p95_s_p48_r48``.
 
+Every configuration prints where the CPU went over the window, by part (``<name>_cpu_pct_<part>``,
+percent of one core: the run workers, Redis, the lake runs' Spark, Dagster's processes, the
+emulator, this bench's own process with the front and the writer; ``bench/process_tree.py`` samples
+the bench's process tree every second), and ``<name>_cpu_pct_per_live_partition``: the product's
+parts (workers, Redis, Spark, Dagster) per live partition, the cost of a partition at rest.
+
 Every configuration prints its reader runs' peak memory (``peak_rss_mb`` of each read's
 materialization: the run process's ru_maxrss).
 
@@ -79,6 +85,7 @@ from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.lake.published import lake_location, latest_cut
 from dagster_storage import storage_of_runs
+from process_tree import TreeSampler
 
 # Short reads (a partition's records land every 5 s), fast ticks, a lake run (one cut) whenever the
 # low watermark moved, lake runs on a warm Spark Connect server.
@@ -163,6 +170,31 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
+# What a live partition costs, by the processes of this bench's tree (matched on their command
+# lines, first match wins): the product's parts, then the stand-ins for Cloud Spanner, and this
+# bench's own process (the front, the writer, the watchers).
+PRODUCT_PARTS = (
+    ("cs-platform-run-worker", "workers"),  # the warm reader runs
+    ("redis-server", "redis"),
+    ("org.apache.spark", "spark"),  # the lake runs' drivers
+    ("dagster", "dagster"),  # dagster dev, its daemon, webserver and code server, runs it started
+)
+STAND_IN_PARTS = (("emulator_main", "emulator"), ("gateway_main", "emulator"))
+
+
+def cpu_by_part(sampler: TreeSampler, bench_pid: int) -> dict[str, float]:
+    """CPU-seconds of each part over the sampling, every process of the tree counted once."""
+    found: dict[str, float] = Counter()
+    for key, command in sampler.commands.items():
+        cpu = sampler.last[key] - sampler.first[key]
+        if key[0] == bench_pid:
+            found["bench"] += cpu
+            continue
+        part = next((label for marker, label in PRODUCT_PARTS + STAND_IN_PARTS if marker in command), "other")
+        found[part] += cpu
+    return found
+
+
 def measure(name: str, configuration: Configuration, window: float, rate: float, work: Path, warm: bool) -> dict[str, float]:
     """Run one configuration; returns its freshness figures."""
     with contextlib.ExitStack() as stack:
@@ -201,8 +233,11 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
             print(f"{name}_first_cut_s: {time.monotonic() - started:.0f} (after dagster dev started)", flush=True)
             begin = utc_now()
             threading.Thread(target=sampler.run, daemon=True).start()
+            processes = TreeSampler([os.getpid()], every_s=1.0, memory=False)
+            threading.Thread(target=processes.run, daemon=True).start()
             time.sleep(window)
             sampler.stop.set()
+            processes.stop.set()
             end = utc_now()
             measured = [c.commit_timestamp for c in list(workload.committed) if begin <= c.commit_timestamp <= end]
             wait_until(lambda: watcher.visible_at(measured[-1]) is not None, 600, f"{name}: a cut past the last measured commit")
@@ -251,6 +286,13 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
     print(f"{name}_lag_p50_s: {statistics.median(lag):.1f}")
     print(f"{name}_lag_p95_s: {figures['lag_p95']:.1f}")
     print(f"{name}_load_average: {' / '.join(f'{x:.1f}' for x in os.getloadavg())} (1, 5, 15 minutes, as the case ended)")
+    parts = cpu_by_part(processes, os.getpid())
+    for part, cpu in sorted(parts.items(), key=lambda item: -item[1]):
+        print(f"{name}_cpu_pct_{part}: {100 * cpu / window:.1f} (of one core, over the window)")
+    product = sum(parts[label] for _, label in PRODUCT_PARTS)
+    figures["cpu_pct_per_live_partition"] = 100 * product / window / live
+    print(f"{name}_cpu_pct_per_live_partition: {figures['cpu_pct_per_live_partition']:.2f} "
+          f"(the product's processes: {', '.join(label for _, label in PRODUCT_PARTS)}; not the emulator, the front or the writer)")
     runs_per_partition_hour = window_runs / live / (window / 3600)
     print(f"{name}_runs_per_partition_hour: {runs_per_partition_hour:.0f} ({window_runs} reader runs started in the window)")
     print(f"{name}_dagster_storage_mb_per_partition_day: {runs_per_partition_hour * 24 * kb_per_run / 1024:.0f} (reader runs only)")

@@ -34,7 +34,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -48,74 +47,10 @@ from cs_platform.dev.process_group import launch, stop_process_group
 from cs_platform.dev.run_workers import run_workers
 from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.workload import BankWorkload
-from suite_cpu import process_stats  # its sibling: this runs as a script from bench/
+from process_tree import TreeSampler  # its sibling: this runs as a script from bench/
 
 READER_JOB = "bank_stream_read_partition"
 LAKE_SENSOR = "bank_stream_lake_sensor"
-
-
-def memory_mb(pid: int) -> tuple[float, float] | None:
-    """The process's PSS and RSS in MB, or None once it has gone."""
-    try:
-        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:])
-    except OSError:
-        return None
-    return int(fields["Pss"].split()[0]) / 1024, int(fields["Rss"].split()[0]) / 1024
-
-
-@dataclass
-class TreeSampler:
-    """Samples the CPU and PSS of every descendant of ``roots`` (and the roots) until stopped."""
-
-    roots: list[int]
-    every_s: float = 0.2
-    first: dict[tuple[int, int], float] = field(default_factory=dict)  # (pid, start) -> CPU at first sight
-    last: dict[tuple[int, int], float] = field(default_factory=dict)
-    peak_pss: dict[tuple[int, int], float] = field(default_factory=dict)
-    peak_rss: dict[tuple[int, int], float] = field(default_factory=dict)
-    parents: dict[tuple[int, int], int] = field(default_factory=dict)
-    tree_of: dict[tuple[int, int], int] = field(default_factory=dict)  # -> its root
-    total_pss_peak: dict[int, float] = field(default_factory=dict)  # root -> its tree's peak PSS
-    stop: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        born_before: set[tuple[int, int]] | None = None
-        while not self.stop.wait(self.every_s):
-            processes = process_stats()
-            trees = {root: self._tree(processes, root) for root in self.roots}
-            seen = {(pid, processes[pid][3]) for tree in trees.values() for pid in tree}
-            if born_before is None:
-                born_before = seen  # alive at the start: counted from this sample, not from birth
-            for root, tree in trees.items():
-                total = 0.0
-                for pid in tree:
-                    key = (pid, processes[pid][3])
-                    cpu = processes[pid][2]
-                    self.first.setdefault(key, cpu if key in born_before else 0.0)
-                    self.last[key] = cpu
-                    self.parents[key] = processes[pid][0]
-                    self.tree_of[key] = root
-                    memory = memory_mb(pid)
-                    if memory is not None:
-                        pss, rss = memory
-                        self.peak_pss[key] = max(pss, self.peak_pss.get(key, 0.0))
-                        self.peak_rss[key] = max(rss, self.peak_rss.get(key, 0.0))
-                        total += pss
-                self.total_pss_peak[root] = max(total, self.total_pss_peak.get(root, 0.0))
-
-    @staticmethod
-    def _tree(processes, root: int) -> list[int]:
-        found, todo = [root] if root in processes else [], [root]
-        while todo:
-            parent = todo.pop()
-            for pid, (ppid, *_rest) in processes.items():
-                if ppid == parent:
-                    found.append(pid)
-                    todo.append(pid)
-        return found
-
-    def cpu_s(self, root: int | None = None) -> float:
-        return sum(self.last[key] - self.first[key] for key in self.last if root in (None, self.tree_of[key]))
 
 
 def ended_reader_runs(instance: DagsterInstance) -> int:
