@@ -183,15 +183,21 @@ STAND_IN_PARTS = (("emulator_main", "emulator"), ("gateway_main", "emulator"))
 
 
 def cpu_by_part(sampler: TreeSampler, bench_pid: int) -> dict[str, float]:
-    """CPU-seconds of each part over the sampling, every process of the tree counted once."""
-    found: dict[str, float] = Counter()
-    for key, command in sampler.commands.items():
-        cpu = sampler.last[key] - sampler.first[key]
+    """CPU-seconds of each part over the sampling, every process of the tree counted once. A
+    process whose command line names no part is its parent's (Celery renames its pool's
+    processes), up to the bench's own children."""
+    key_of = {key[0]: key for key in sampler.commands}
+
+    def part(key: tuple[int, int]) -> str:
         if key[0] == bench_pid:
-            found["bench"] += cpu
-            continue
-        part = next((label for marker, label in PRODUCT_PARTS + STAND_IN_PARTS if marker in command), "other")
-        found[part] += cpu
+            return "bench"
+        named = next((label for marker, label in PRODUCT_PARTS + STAND_IN_PARTS if marker in sampler.commands[key]), None)
+        parent = key_of.get(sampler.parents[key])
+        return named or (part(parent) if parent is not None and parent[0] != bench_pid else "other")
+
+    found: dict[str, float] = Counter()
+    for key in sampler.commands:
+        found[part(key)] += sampler.last[key] - sampler.first[key]
     return found
 
 
