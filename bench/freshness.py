@@ -31,7 +31,9 @@ window: it holds lake runs up while it runs (``bench/lake_cost.py`` prices it).
   the partitions that own its keys), read with 16 run slots
   (``CS_PLATFORM_MAX_PARALLEL_READS=16``), so reads rotate; prints ``lag_p95_s_p48_r16``;
 - **p48_r48**: the same stream with a run slot for each partition (48), so reads do not rotate
-  (a run lives its soft timeout), landing every 10 s: prints ``lag_p95_s_p48_r48``.
+  (a run lives its soft timeout), landing every 10 s: prints ``lag_p95_s_p48_r48``;
+- **p200**: 200 partitions by key range through 64 slots (4 run worker pods of 16), landing every
+  10 s: prints ``lag_p95_s_p200``.
 
 Every configuration prints where the CPU went over the window, by part (``<name>_cpu_pct_<part>``,
 percent of one core: the run workers, Redis, the lake runs' Spark, Dagster's processes, the
@@ -107,6 +109,10 @@ P48_R16 = {**MUTABLE, "CS_PLATFORM_MAX_PARALLEL_READS": "16"}
 # second between them (a file, a metadata commit, a Dagster event each): on 2 cores runs then went
 # 120 s without landing, were presumed dead and relaunched (lag p95 315 s). Landing every 10 s.
 P48_R48 = {**MUTABLE, "CS_PLATFORM_MAX_PARALLEL_READS": "48", "CS_PLATFORM_LANDING_INTERVAL_SECONDS": "10"}
+# 200 live partitions through 64 slots (4 run worker pods of 16, docs/production.md, "Kubernetes"):
+# reads rotate through a third as many slots as partitions, as in p48_r16, landing every 10 s as in
+# p48_r48.
+P200 = {**MUTABLE, "CS_PLATFORM_MAX_PARALLEL_READS": "64", "CS_PLATFORM_LANDING_INTERVAL_SECONDS": "10"}
 KEY_RANGE_CHANGE_EVERY = timedelta(seconds=5)  # p48_r16: a move, a split or an end of the 48 partitions' key ranges
 
 
@@ -127,6 +133,7 @@ CONFIGURATIONS = {
     "mutable": Configuration(MUTABLE, front=True),
     "p48_r16": Configuration(P48_R16, front=True, partitions=48),
     "p48_r48": Configuration(P48_R48, front=True, partitions=48),
+    "p200": Configuration(P200, front=True, partitions=200),
 }
 
 
@@ -361,7 +368,7 @@ def main() -> None:
     if {"default", "mutable"} <= set(results):
         print(f"mutable_freshness_p95_s: {results['mutable']['p95']:.1f} ({results['default']['p95']:.1f} default)")
         print(f"mutable_over_default_p95: {results['mutable']['p95'] / results['default']['p95']:.2f}")
-    for busy in ("p48_r16", "p48_r48"):
+    for busy in ("p48_r16", "p48_r48", "p200"):
         if busy in results:
             print(f"lag_p95_s_{busy}: {results[busy]['lag_p95']:.1f}" + (f" ({results['default']['lag_p95']:.1f} default)" if "default" in results else ""))
     if {"default", "unthrottled"} <= set(results):
