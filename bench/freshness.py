@@ -181,7 +181,8 @@ def percentile(values: list[float], q: float) -> float:
 # lines, first match wins): the product's parts, then the stand-ins for Cloud Spanner, and this
 # bench's own process (the front, the writer, the watchers).
 PRODUCT_PARTS = (
-    ("cs-platform-run-worker", "workers"),  # the warm reader runs
+    ("cs_platform.workers.worker", "workers"),  # the warm reader runs (make dev's workers: python -m)
+    ("cs-platform-run-worker", "workers"),  # ... as a deployment starts them
     ("redis-server", "redis"),
     ("org.apache.spark", "spark"),  # the lake runs' drivers
     ("dagster", "dagster"),  # dagster dev, its daemon, webserver and code server, runs it started
@@ -190,21 +191,14 @@ STAND_IN_PARTS = (("emulator_main", "emulator"), ("gateway_main", "emulator"))
 
 
 def cpu_by_part(sampler: TreeSampler, bench_pid: int) -> dict[str, float]:
-    """CPU-seconds of each part over the sampling, every process of the tree counted once. A
-    process whose command line names no part is its parent's (Celery renames its pool's
-    processes), up to the bench's own children."""
-    key_of = {key[0]: key for key in sampler.commands}
-
-    def part(key: tuple[int, int]) -> str:
-        if key[0] == bench_pid:
-            return "bench"
-        named = next((label for marker, label in PRODUCT_PARTS + STAND_IN_PARTS if marker in sampler.commands[key]), None)
-        parent = key_of.get(sampler.parents[key])
-        return named or (part(parent) if parent is not None and parent[0] != bench_pid else "other")
-
+    """CPU-seconds of each part over the sampling, every process of the tree counted once."""
     found: dict[str, float] = Counter()
-    for key in sampler.commands:
-        found[part(key)] += sampler.last[key] - sampler.first[key]
+    for key, command in sampler.commands.items():
+        if key[0] == bench_pid:
+            part = "bench"
+        else:
+            part = next((label for marker, label in PRODUCT_PARTS + STAND_IN_PARTS if marker in command), "other")
+        found[part] += sampler.last[key] - sampler.first[key]
     return found
 
 
