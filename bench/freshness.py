@@ -296,10 +296,10 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
     parts = cpu_by_part(processes, os.getpid())
     for part, cpu in sorted(parts.items(), key=lambda item: -item[1]):
         print(f"{name}_cpu_pct_{part}: {100 * cpu / window:.1f} (of one core, over the window)")
-    product = sum(parts[label] for _, label in PRODUCT_PARTS)
-    figures["cpu_pct_per_live_partition"] = 100 * product / window / live
+    product = list(dict.fromkeys(label for _, label in PRODUCT_PARTS))  # each part once: two markers name the workers
+    figures["cpu_pct_per_live_partition"] = 100 * sum(parts[label] for label in product) / window / live
     print(f"{name}_cpu_pct_per_live_partition: {figures['cpu_pct_per_live_partition']:.2f} "
-          f"(the product's processes: {', '.join(label for _, label in PRODUCT_PARTS)}; not the emulator, the front or the writer)")
+          f"(the product's processes: {', '.join(product)}; not the emulator, the front or the writer)")
     runs_per_partition_hour = window_runs / live / (window / 3600)
     print(f"{name}_runs_per_partition_hour: {runs_per_partition_hour:.0f} ({window_runs} reader runs started in the window)")
     print(f"{name}_dagster_storage_mb_per_partition_day: {runs_per_partition_hour * 24 * kb_per_run / 1024:.0f} (reader runs only)")
