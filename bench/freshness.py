@@ -353,8 +353,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="freshness_"))
     print(f"work directory: {work}")
     results = {}
+    began = time.monotonic()
     for name in args.only or CONFIGURATIONS:
+        case_began = time.monotonic()
         results[name] = measure(name, CONFIGURATIONS[name], args.window, args.writes_per_second, work, args.launcher == "warm")
+        print(f"{name}_case_s: {time.monotonic() - case_began:.0f} (its start, first cut, window and last cut; with --only, cases run apart)", flush=True)
+    print(f"freshness_bench_s: {time.monotonic() - began:.0f} ({len(results)} cases)")
     if "oversubscribed" in results:
         print(f"lag_p95_s_oversubscribed: {results['oversubscribed']['lag_p95']:.1f}")
         if "default" in results:
