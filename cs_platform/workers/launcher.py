@@ -60,7 +60,8 @@ def celery_settings() -> dict[str, Any]:
 
 
 class ReaderRunLauncher(RunLauncher, ConfigurableClass):
-    """Reader runs to warm workers through ``broker``; other runs as :class:`DefaultRunLauncher`."""
+    """Reader runs to warm workers through ``broker``; other runs to ``others`` (by default
+    :class:`DefaultRunLauncher`)."""
 
     def __init__(
         self, broker: str, queue: str = QUEUE, drain_wait_seconds: float = 60, others: Mapping[str, Any] | None = None,
@@ -147,8 +148,9 @@ class ReaderRunLauncher(RunLauncher, ConfigurableClass):
         return True
 
     def check_run_worker_health(self, run: DagsterRun) -> CheckRunHealthResult:
-        """A reader run's worker by its task's state; a run of the default launcher is not checked
-        (that launcher cannot tell), as without this launcher."""
+        """A reader run's worker by its task's state; any other run as its launcher checks it (a
+        K8sRunLauncher's Job), or not at all if it cannot (the default launcher), as without this
+        launcher."""
         task_id = run.tags.get(DAGSTER_CELERY_TASK_ID_TAG)
         if task_id is None:
             if self.others.supports_check_run_worker_health:  # K8sRunLauncher: the Job's state
