@@ -20,7 +20,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from suite_cpu import CLOCK_TICKS, process_stats  # its sibling: this runs as a script from bench/
+from suite_cpu import CLOCK_TICKS, command_line, process_stats  # its sibling: this runs as a script from bench/
 
 # What a process is, by its command line (a Spark JVM is first seen as the bash of spark-class).
 KINDS = (
@@ -56,9 +56,8 @@ def sample(out: Path) -> None:
         signal.signal(sig, lambda *_: stop.append(True))
     while not stop:
         for pid, (_, name, cpu, start) in process_stats().items():
-            try:
-                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            except OSError:  # ended since the listing
+            command = command_line(pid)
+            if command is None:  # ended since the listing
                 continue
             known = seen.setdefault((pid, start), [name, command, command, cpu, cpu])
             # A process may exec another program (spark-class its JVM, a shell its command): the

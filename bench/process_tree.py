@@ -9,14 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite_cpu import process_stats  # its sibling: the benches run as scripts from bench/
-
-
-def command_line(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+from suite_cpu import command_line, descendants, process_stats  # its sibling: the benches run as scripts from bench/
 
 
 def memory_mb(pid: int) -> tuple[float, float] | None:
@@ -50,7 +43,7 @@ class TreeSampler:
         born_before: set[tuple[int, int]] | None = None
         while not self.stop.wait(self.every_s):
             processes = process_stats()
-            trees = {root: self._tree(processes, root) for root in self.roots}
+            trees = {root: ([root] if root in processes else []) + descendants(processes, root) for root in self.roots}
             seen = {(pid, processes[pid][3]) for tree in trees.values() for pid in tree}
             if born_before is None:
                 born_before = seen  # alive at the start: counted from this sample, not from birth
@@ -64,7 +57,7 @@ class TreeSampler:
                     self.parents[key] = processes[pid][0]
                     self.tree_of[key] = root
                     if key not in self.commands:
-                        self.commands[key] = command_line(pid)
+                        self.commands[key] = command_line(pid) or ""
                     memory = memory_mb(pid) if self.memory else None
                     if memory is not None:
                         pss, rss = memory
@@ -72,17 +65,6 @@ class TreeSampler:
                         self.peak_rss[key] = max(rss, self.peak_rss.get(key, 0.0))
                         total += pss
                 self.total_pss_peak[root] = max(total, self.total_pss_peak.get(root, 0.0))
-
-    @staticmethod
-    def _tree(processes, root: int) -> list[int]:
-        found, todo = [root] if root in processes else [], [root]
-        while todo:
-            parent = todo.pop()
-            for pid, (ppid, *_rest) in processes.items():
-                if ppid == parent:
-                    found.append(pid)
-                    todo.append(pid)
-        return found
 
     def cpu_s(self, root: int | None = None) -> float:
         return sum(self.last[key] - self.first[key] for key in self.last if root in (None, self.tree_of[key]))

@@ -48,7 +48,15 @@ def process_stats() -> dict[int, tuple[int, str, float, int]]:
     return found
 
 
-def _descendants(processes: dict[int, tuple[int, str, float, int]], root: int) -> list[int]:
+def command_line(pid: int) -> str | None:
+    """The process's command line, its arguments joined by spaces, or None once it has gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+
+
+def descendants(processes: dict[int, tuple[int, str, float, int]], root: int) -> list[int]:
     children = defaultdict(list)
     for pid, (parent, *_) in processes.items():
         children[parent].append(pid)
@@ -63,7 +71,7 @@ def _descendants(processes: dict[int, tuple[int, str, float, int]], root: int) -
 def _sample() -> tuple[float, float, float, dict[int, float], float]:
     processes, me = process_stats(), os.getpid()
     jvm, others = 0.0, {}
-    for pid in _descendants(processes, me):
+    for pid in descendants(processes, me):
         parent, name, cpu, _ = processes[pid]
         if name == "java" and parent == me:
             jvm += cpu
