@@ -27,11 +27,12 @@ class JarsNotFetchedError(RuntimeError):
 
 def fetch_jars() -> list[Path]:
     """Delta's jars and the GCS connector in the Ivy cache, fetched if they are not there yet."""
-    if resolved_jars(delta_packages()) is None:
+    packages = delta_packages()
+    if resolved_jars(packages) is None:
         delta_spark_session(app_name="cs_platform_fetch_jars", master="local[1]").stop()  # resolves and records them
-    delta = resolved_jars(delta_packages())
+    delta = resolved_jars(packages)
     if delta is None:
-        raise JarsNotFetchedError(f"a JVM started with {delta_packages()} but recorded no resolved jars under {IVY_HOME}")
+        raise JarsNotFetchedError(f"a JVM started with {packages} but recorded no resolved jars under {IVY_HOME}")
     return [Path(jar.removeprefix("file://")) for jar in delta] + [connector_jar()]
 
 
