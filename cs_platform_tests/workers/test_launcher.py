@@ -99,5 +99,5 @@ def test_other_runs_go_to_the_launcher_others_names_checked_at_load(tmp_path, br
     # A wrong config of the other launcher fails the instance's load, naming what is missing.
     k8s = "\n    others: {module: dagster_k8s, class: K8sRunLauncher, config: {job_namespace: dagster}}\n"
     (home / "dagster.yaml").write_text((home / "dagster.yaml").read_text().replace(others, k8s))
-    with pytest.raises(DagsterInvalidConfigError, match="instance_config_map"):
-        DagsterInstance.from_config(str(home)).run_launcher  # noqa: B018 (the launcher is built on first use)
+    with DagsterInstance.from_config(str(home)) as instance, pytest.raises(DagsterInvalidConfigError, match="instance_config_map"):
+        instance.run_launcher  # noqa: B018 (the launcher is built on first use)

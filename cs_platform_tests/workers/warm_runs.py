@@ -15,7 +15,7 @@ import time
 import urllib.request
 from dataclasses import dataclass
 
-from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunRecord, RunsFilter
+from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, EventLogEntry, RunRecord, RunsFilter
 from dagster._daemon.monitoring.run_monitoring import check_run_timeout
 
 from cs_platform.changestream.metadata import PartitionMetadataStore, PartitionState
@@ -74,8 +74,12 @@ def ended(instance: DagsterInstance, run_id: str, within_s: float = 240) -> Dags
 
 def messages(instance: DagsterInstance, run_id: str) -> list[str]:
     """What the run logged: its log lines and its events' messages."""
+    return messages_of(instance.all_logs(run_id))
+
+
+def messages_of(entries: list[EventLogEntry]) -> list[str]:
     found = []
-    for entry in instance.all_logs(run_id):
+    for entry in entries:
         found.append(entry.message or "")
         if entry.dagster_event:
             found.append(entry.dagster_event.message or "")
@@ -101,9 +105,11 @@ def terminated(instance: DagsterInstance, attempts: int, terminate, besides: fro
         terminate(record)
         run_id = record.dagster_run.run_id
         status = ended(instance, run_id)
-        mid_read = not instance.all_logs(run_id, of_type=DagsterEventType.STEP_SUCCESS)
-        failures = instance.all_logs(run_id, of_type=DagsterEventType.RUN_FAILURE)
-        outcome = Outcome(run_id, status, mid_read, any(DRAINED in m for m in messages(instance, run_id)), bool(failures))
+        entries = instance.all_logs(run_id)  # read once, for all three
+        types = {entry.dagster_event.event_type for entry in entries if entry.dagster_event}
+        mid_read = DagsterEventType.STEP_SUCCESS not in types
+        drained = any(DRAINED in m for m in messages_of(entries))
+        outcome = Outcome(run_id, status, mid_read, drained, DagsterEventType.RUN_FAILURE in types)
         if mid_read:
             return outcome
         log.info("run %s ended its read on its own before its termination (%s); another", run_id, status.value)
