@@ -41,16 +41,24 @@ def reader_runs(instance: DagsterInstance, *statuses: DagsterRunStatus) -> list[
     return list(instance.get_run_records(RunsFilter(job_name=READER_JOB, statuses=list(statuses) or None)))
 
 
-def a_live_reader_run(instance: DagsterInstance, besides: frozenset[str] = frozenset()) -> RunRecord:
+def a_live_reader_run(
+    instance: DagsterInstance, besides: frozenset[str] = frozenset(), unfinished_in: PartitionMetadataStore | None = None
+) -> RunRecord:
     """A reader run that is reading (it logged so) and has most of its read ahead: the one that
     started last, but none of ``besides`` (a run whose worker was killed is STARTED until run
-    monitoring's next pass)."""
+    monitoring's next pass), and with ``unfinished_in``, one whose partition that store does not
+    hold FINISHED (the emulator ends a generation of partitions together, and their runs stay
+    STARTED while they end: waited past, not picked)."""
     found: list[RunRecord] = []
+
+    def unfinished(record: RunRecord) -> bool:
+        key = record.dagster_run.tags["dagster/partition"]
+        return unfinished_in is None or unfinished_in.get_by_key(key).state is not PartitionState.FINISHED
 
     def started() -> bool:
         found[:] = [
             r for r in reader_runs(instance, DagsterRunStatus.STARTED)
-            if r.dagster_run.run_id not in besides and any(READING in m for m in messages(instance, r.dagster_run.run_id))
+            if r.dagster_run.run_id not in besides and any(READING in m for m in messages(instance, r.dagster_run.run_id)) and unfinished(r)
         ]
         return bool(found)
 
@@ -141,16 +149,13 @@ def terminate_past_max_runtime(instance: DagsterInstance, besides: frozenset[str
 
 def kill_a_worker_process(instance: DagsterInstance, workers_pid: int, store: PartitionMetadataStore) -> tuple[RunRecord, float, frozenset[str]]:
     """SIGKILL the worker process of a live reader run (one of the run workers' own, checked) whose
-    partition is still unfinished after the kill: a run that read its partition to its end just
-    before owes no relaunch, so another is killed. Returns the run, when it was killed, and every
-    run killed (each STARTED until run monitoring's next pass)."""
+    partition is unfinished before the kill and still after it: a run that read its partition to
+    its end just before owes no relaunch, so another is killed. Returns the run, when it was killed,
+    and every run killed (each STARTED until run monitoring's next pass)."""
     killed: set[str] = set()
     for _ in range(3):
-        record = a_live_reader_run(instance, frozenset(killed))
+        record = a_live_reader_run(instance, frozenset(killed), unfinished_in=store)
         run_id, key = record.dagster_run.run_id, record.dagster_run.tags["dagster/partition"]
-        if store.get_by_key(key).state is PartitionState.FINISHED:
-            killed.add(run_id)  # not killed: it ends on its own; skipped all the same
-            continue
         pid = worker_pid(instance, run_id)
         with open(f"/proc/{pid}/stat") as stat:
             parent = int(stat.read().rsplit(")", 1)[1].split()[1])
