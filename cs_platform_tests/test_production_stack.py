@@ -164,11 +164,10 @@ def check_warm_runs(stack: Stack, instance: DagsterInstance, store: PartitionMet
     assert started and all(r.dagster_run.tags.get(DAGSTER_CELERY_TASK_ID_TAG) for r in started), "a reader run not on a run worker"
     killed, killed_at, besides = warm_runs.kill_a_worker_process(instance, stack.workers.process.pid, store)
     ui = warm_runs.terminate_from_the_ui(stack.webserver, instance, besides)
-    assert warm_runs.drained_if_met_mid_read(ui), ui
+    assert warm_runs.ended_as_asked(ui), ui
     over = warm_runs.terminate_past_max_runtime(instance, besides)
     print(f"terminated from the UI: {ui}; past its max runtime: {over}")
-    assert warm_runs.drained_if_met_mid_read(over), over
-    assert not over.marked_failed, over  # never FAILED on the way, even when its read had ended
+    assert warm_runs.ended_as_asked(over), over
     reading = warm_runs.a_live_reader_run(instance, besides)
     reload = warm_runs.graphql(stack.webserver, 'mutation { reloadRepositoryLocation(repositoryLocationName: "cs_platform") { __typename } }')
     assert reload["reloadRepositoryLocation"]["__typename"] == "WorkspaceLocationEntry", reload
@@ -176,7 +175,7 @@ def check_warm_runs(stack: Stack, instance: DagsterInstance, store: PartitionMet
     assert warm_runs.ended(instance, reading.dagster_run.run_id) is DagsterRunStatus.SUCCESS
     # A deploy rolls the workers: SIGTERM to their parent alone, as Kubernetes stops a pod.
     rolled = warm_runs.terminated(instance, 5, lambda _record: stack.workers.restart(), besides)
-    assert warm_runs.drained_if_met_mid_read(rolled), rolled
+    assert warm_runs.ended_as_asked(rolled), rolled
     # The killed run: FAILED by run monitoring (its task's state), not presumed dead by the sensor
     # much later; then the sensor launched its partition again.
     assert warm_runs.ended(instance, killed.dagster_run.run_id) is DagsterRunStatus.FAILURE

@@ -20,9 +20,10 @@ something to keep in a shared worker, nor in the code location's pod). The same 
           class: K8sRunLauncher
           config: {instance_config_map: dagster-instance, ...}
 
-Termination (the UI, ``dagster/max_runtime``) revokes the task with SIGTERM: the reader drains as it
-does under the default launcher's interrupt (``defs.runs.drain_on_interrupt``), lands, persists its
-watermark and ends CANCELED. Run monitoring asks the broker's result store for each reader run's
+Termination (the UI, ``dagster/max_runtime``, a worker's stop) first records the run CANCELING, then
+revokes the task with SIGTERM: the reader drains as it does under the default launcher's interrupt
+(``defs.runs.drain_on_interrupt``), lands, persists its watermark and ends CANCELED; a run signalled
+after its read ended, while Dagster ends its step, ends CANCELED too (``report_termination``). Run monitoring asks the broker's result store for each reader run's
 task: a worker process that died mid-run (SIGKILL, out of memory) leaves its task FAILURE, and the
 run is marked FAILED at the next pass, so the partition sensor relaunches its partition.
 """
@@ -30,10 +31,11 @@ run is marked FAILED at the next pass, so the partition sensor relaunches its pa
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 from typing import Any, Mapping
 
 import yaml
-from dagster import DagsterInstance, DagsterRun, DagsterRunStatus, Field, Permissive, Shape, StringSource
+from dagster import DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, Field, Permissive, Shape, StringSource
 from dagster._core.launcher import CheckRunHealthResult, DefaultRunLauncher, LaunchRunContext, RunLauncher, WorkerStatus
 from dagster._serdes import ConfigurableClass, ConfigurableClassData
 from dagster_celery.launcher import CeleryRunLauncher
@@ -118,22 +120,22 @@ class ReaderRunLauncher(RunLauncher, ConfigurableClass):
             self.others.launch_run(context)
 
     def terminate(self, run_id: str) -> bool:
-        """Ask a reader run to drain: SIGTERM to its worker process (its task revoked). The run
-        reports itself CANCELING as it drains (``defs.runs.end_canceled``), so a run that ends on
-        its own as it is terminated keeps its SUCCESS: reporting it here, as the default launcher
-        does, overwrote a run that had just succeeded (seen on a loaded machine). From the UI this
-        returns at once. From run monitoring past ``dagster/max_runtime`` (which reports the run
-        CANCELING first) it waits up to ``drain_wait_seconds`` for the drain: False once the run
-        ended by itself (landed, persisted, CANCELED), which Dagster then leaves as it is; True if
-        it did not end, which Dagster then marks FAILED, as it should a hung run (its partition is
-        relaunched; the metadata table's owner check fences the hung one)."""
+        """Ask a reader run to drain: record it CANCELING (``report_termination``), then SIGTERM to
+        its worker process (its task revoked). From the UI this returns at once. From run
+        monitoring past ``dagster/max_runtime`` (which reports the run CANCELING itself first) it
+        waits up to ``drain_wait_seconds`` for the drain: False once the run ended by itself
+        (landed, persisted, CANCELED), which Dagster then leaves as it is; True if it did not end,
+        which Dagster then marks FAILED, as it should a hung run (its partition is relaunched; the
+        metadata table's owner check fences the hung one)."""
         run = self._instance.get_run_by_id(run_id)
         if run is None or run.is_finished:
             return False
         if DAGSTER_CELERY_TASK_ID_TAG not in run.tags:
             return self.others.terminate(run_id)
+        from_run_monitoring = run.status is DagsterRunStatus.CANCELING
+        report_termination(self._instance, run_id, "Sending a termination request to the run's worker process: it drains.")
         self.readers.terminate(run_id)
-        if run.status is not DagsterRunStatus.CANCELING:
+        if not from_run_monitoring:
             return True
         deadline = time.monotonic() + self.drain_wait_seconds
         while time.monotonic() < deadline:
@@ -180,3 +182,26 @@ def other_launcher(named: Mapping[str, Any]) -> RunLauncher:
     """The launcher ``others`` names, built and its config checked as Dagster builds the instance's
     own (a wrong config fails the instance's load, naming the field)."""
     return ConfigurableClassData(named["module"], named["class"], yaml.safe_dump(dict(named.get("config") or {}))).rehydrate(as_type=RunLauncher)
+
+
+RUN_ENDS = {DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE, DagsterEventType.RUN_CANCELED}
+
+
+def report_termination(instance: DagsterInstance, run_id: str, why: str) -> None:
+    """Record a STARTED run CANCELING before its process is signalled, as Dagster's default
+    launcher does: Dagster ends an interrupted run CANCELED only if its status says a termination
+    was asked for, else FAILED ("interrupted unexpectedly"). The reader's drain records it too, but
+    a signal that meets a run after its read ended, while Dagster ends its step, finds no drain to
+    record it: without this, a termination from the UI or a worker's stop then failed a run that had
+    landed and persisted everything (and alerted on it).
+
+    A run that ends between the read of its status and the write of CANCELING has its end
+    overwritten (the status is the last write): its end is in its event log, so it is put back."""
+    run = instance.get_run_by_id(run_id)
+    if run is None or run.status is not DagsterRunStatus.STARTED:
+        return
+    instance.report_run_canceling(run, message=why)
+    ends = instance.get_records_for_run(run_id, of_type=RUN_ENDS).records
+    if ends:
+        entry = ends[-1].event_log_entry
+        instance.run_storage.handle_run_event(run_id, entry.dagster_event, datetime.fromtimestamp(entry.timestamp, timezone.utc))

@@ -32,15 +32,17 @@ from typing import Sequence
 from billiard.process import active_children
 from celery import Celery
 from celery.signals import worker_shutting_down
+from celery.worker.state import active_requests
 from dagster import DagsterInstance
 from dagster._cli.api import _execute_run_command_body
 from dagster._grpc.types import ExecuteRunArgs
 from dagster._serdes import unpack_value
 from dagster._utils.interrupts import capture_interrupts
 from dagster_celery.config import TASK_EXECUTE_JOB_NAME
+from sqlalchemy.exc import SQLAlchemyError
 
 from cs_platform import settings
-from cs_platform.workers.launcher import ReaderRunLauncher
+from cs_platform.workers.launcher import ReaderRunLauncher, report_termination
 
 log = logging.getLogger("cs_platform.workers")
 
@@ -89,16 +91,27 @@ def warm_up(code_location: str) -> None:
 
 def drain_on_shutdown() -> None:
     """When the parent is asked to stop (SIGTERM: a deploy, a scale-down, a pod's end; Ctrl-C), it
-    passes SIGTERM on to its worker processes at once: each reader run drains (lands, persists its
-    watermark, ends CANCELED) in seconds, and the parent waits for them, as Celery's warm shutdown
-    does. Without it the parent would wait for every run's soft timeout (an hour by default), and
-    Kubernetes would SIGKILL the pod first."""
+    records each of its runs CANCELING (``report_termination``: so that a run met after its read,
+    while Dagster ends it, ends CANCELED and not FAILED) and passes SIGTERM on to its worker
+    processes at once: each reader run drains (lands, persists its watermark, ends CANCELED) in
+    seconds, and the parent waits for them, as Celery's warm shutdown does. Without it the parent
+    would wait for every run's soft timeout (an hour by default), and Kubernetes would SIGKILL the
+    pod first."""
 
     @worker_shutting_down.connect(weak=False)
     def _pass_on(**_: object) -> None:
-        for child in active_children():
-            if child.pid:
-                os.kill(child.pid, signal.SIGTERM)
+        children = [child.pid for child in active_children() if child.pid]
+        try:
+            with DagsterInstance.get() as instance:
+                for request in list(active_requests):
+                    if request.worker_pid in children:
+                        run_id = unpack_value(request.kwargs["execute_job_args_packed"], as_type=ExecuteRunArgs).run_id
+                        report_termination(instance, run_id, "The run worker is stopping (a deploy, a scale-down): the run drains.")
+        except SQLAlchemyError as e:  # the storage out of reach: the runs drain all the same
+            log.warning("could not record the runs of the stopping workers as canceling (%s)", e)
+        finally:
+            for pid in children:
+                os.kill(pid, signal.SIGTERM)
 
 
 def worker_argv(queue: str, concurrency: int, max_runs_per_process: int) -> list[str]:

@@ -3,8 +3,10 @@ the workers, what run monitoring reads of a worker's task, and a worker refusing
 runs would never reach it. What runs on the workers keeps (termination, a killed worker process,
 restarts) is proven on live runs of the production stack (``test_production_stack``)."""
 
+import time
+
 import pytest
-from dagster import DagsterInstance, DagsterRunStatus, job, reconstructable
+from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus, EventLogEntry, job, reconstructable
 from dagster._core.errors import DagsterInvalidConfigError
 from dagster._core.launcher import LaunchRunContext, WorkerStatus
 from dagster._core.test_utils import create_run_for_test
@@ -14,7 +16,7 @@ from cs_platform.defs.tags import READER_TAG
 from cs_platform.dev.embedded import instance_yaml
 from cs_platform.dev.redis import redis_server
 from cs_platform.dev.run_workers import BROKER_SETTING, use_run_workers
-from cs_platform.workers.launcher import QUEUE, ReaderRunLauncher
+from cs_platform.workers.launcher import QUEUE, ReaderRunLauncher, report_termination
 from cs_platform.workers.worker import WorkerSetupError, reader_launcher
 
 
@@ -72,6 +74,29 @@ def test_run_monitoring_reads_the_state_of_a_runs_task(instance, state, status):
     assert launcher.check_run_worker_health(run).status is status
     other = create_run_for_test(instance, job_name="bank_stream_lake")
     assert launcher.check_run_worker_health(other).status is WorkerStatus.RUNNING  # the default launcher's: not checked
+
+
+def test_a_termination_records_the_run_canceling_first_and_never_overwrites_its_end(instance):
+    """Dagster ends an interrupted run CANCELED only if its status says a termination was asked
+    for: the launcher records that before it signals, so a signal that meets a run after its read
+    (no drain to record it) does not fail the run. A run that ended as it was terminated keeps its
+    end: here its RUN_SUCCESS is stored but its status write is not yet seen, as when the
+    launcher's read of the status came first."""
+    live = create_run_for_test(instance, job_name="bank_stream_read_partition", status=DagsterRunStatus.STARTED)
+    report_termination(instance, live.run_id, "asked to end")
+    assert instance.get_run_by_id(live.run_id).status is DagsterRunStatus.CANCELING
+
+    ending = create_run_for_test(instance, job_name="bank_stream_read_partition", status=DagsterRunStatus.STARTED)
+    success = DagsterEvent(event_type_value=DagsterEventType.RUN_SUCCESS.value, job_name=ending.job_name, message="ended")
+    instance.event_log_storage.store_event(
+        EventLogEntry(error_info=None, level="DEBUG", user_message="", run_id=ending.run_id, timestamp=time.time(), dagster_event=success)
+    )
+    report_termination(instance, ending.run_id, "asked to end")
+    assert instance.get_run_by_id(ending.run_id).status is DagsterRunStatus.SUCCESS
+
+    ended = create_run_for_test(instance, job_name="bank_stream_read_partition", status=DagsterRunStatus.SUCCESS)
+    report_termination(instance, ended.run_id, "asked to end")
+    assert instance.get_run_by_id(ended.run_id).status is DagsterRunStatus.SUCCESS
 
 
 def test_a_worker_refuses_an_instance_that_does_not_send_it_runs(tmp_path):

@@ -50,15 +50,21 @@ def a_live_reader_run(
     hold FINISHED (the emulator ends a generation of partitions together, and their runs stay
     STARTED while they end: waited past, not picked)."""
     found: list[RunRecord] = []
+    reading: set[str] = set()  # runs seen reading: a run's log is read again only until it says so
 
     def unfinished(record: RunRecord) -> bool:
         key = record.dagster_run.tags["dagster/partition"]
         return unfinished_in is None or unfinished_in.get_by_key(key).state is not PartitionState.FINISHED
 
+    def is_reading(run_id: str) -> bool:
+        if run_id not in reading and any(READING in m for m in messages(instance, run_id)):
+            reading.add(run_id)
+        return run_id in reading
+
     def started() -> bool:
         found[:] = [
             r for r in reader_runs(instance, DagsterRunStatus.STARTED)
-            if r.dagster_run.run_id not in besides and any(READING in m for m in messages(instance, r.dagster_run.run_id)) and unfinished(r)
+            if r.dagster_run.run_id not in besides and is_reading(r.dagster_run.run_id) and unfinished(r)
         ]
         return bool(found)
 
@@ -98,9 +104,9 @@ def messages_of(entries: list[EventLogEntry]) -> list[str]:
 class Outcome:
     run_id: str
     status: DagsterRunStatus
-    mid_read: bool  # the signal met the run in its read (its step had not ended): it had to drain
+    mid_read: bool  # the signal met the run in its read (it had not recorded its materialization): it had to drain
     drained: bool  # it logged that it landed what it read and persisted its watermark
-    marked_failed: bool  # something reported it FAILED on the way (an alert would have said so)
+    failure: str | None  # what reported it FAILED on the way, if anything did (an alert would have said so)
 
 
 def terminated(instance: DagsterInstance, attempts: int, terminate, besides: frozenset[str]) -> Outcome:
@@ -115,9 +121,10 @@ def terminated(instance: DagsterInstance, attempts: int, terminate, besides: fro
         status = ended(instance, run_id)
         entries = instance.all_logs(run_id)  # read once, for all three
         types = {entry.dagster_event.event_type for entry in entries if entry.dagster_event}
-        mid_read = DagsterEventType.STEP_SUCCESS not in types
+        mid_read = not types & {DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_SUCCESS}
         drained = any(DRAINED in m for m in messages_of(entries))
-        outcome = Outcome(run_id, status, mid_read, drained, DagsterEventType.RUN_FAILURE in types)
+        failures = [e.dagster_event.message for e in entries if e.dagster_event and e.dagster_event.event_type is DagsterEventType.RUN_FAILURE]
+        outcome = Outcome(run_id, status, mid_read, drained, failures[0] if failures else None)
         if mid_read:
             return outcome
         log.info("run %s ended its read on its own before its termination (%s); another", run_id, status.value)
@@ -125,9 +132,11 @@ def terminated(instance: DagsterInstance, attempts: int, terminate, besides: fro
     return outcome
 
 
-def drained_if_met_mid_read(outcome: Outcome) -> bool:
-    """What a termination must leave: a run met in its read drained and ended CANCELED."""
-    return not outcome.mid_read or (outcome.status, outcome.drained, outcome.marked_failed) == (DagsterRunStatus.CANCELED, True, False)
+def ended_as_asked(outcome: Outcome) -> bool:
+    """What a termination must leave: never a run marked FAILED (it landed and persisted what it
+    read, and an alert would call it a failure), and a run met in its read drained and CANCELED."""
+    drained = not outcome.mid_read or (outcome.status, outcome.drained) == (DagsterRunStatus.CANCELED, True)
+    return outcome.failure is None and drained
 
 
 def terminate_from_the_ui(webserver: str, instance: DagsterInstance, besides: frozenset[str]) -> Outcome:
