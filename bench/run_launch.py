@@ -1,11 +1,13 @@
 """What a reader run costs to launch and to hold: Dagster's default launcher against warm run workers.
 
 For each launcher, on its own emulator and bank (``make dev``'s, partitions renewed every
-``--partition-seconds``): ``dagster-daemon`` alone (its sensors, its run queue and its code server;
-no webserver), the lake sensor stopped (``dagster sensor stop``: no Spark in the figures), and reader
+``--partition-seconds``): ``dagster-daemon`` (its sensors, its run queue; no webserver) and the code
+server it loads the code location from (``dev.code_server``, as ``make stack`` and production run
+it), the lake sensor stopped (``dagster sensor stop``: no Spark in the figures), and reader
 runs of ``CS_PLATFORM_SOFT_TIMEOUT_SECONDS=--soft-timeout`` on a stream with a paced writer. Once
-the first reader run has succeeded, every process of the daemon's tree (the daemon, its code
-server, the runs it spawns) and of the workers' tree (their parent, its worker processes) is
+the first reader run has succeeded, every process of the daemon's and the code server's trees
+(under the default launcher the runs are the code server's) and of the workers' tree (their
+parent, its worker processes) is
 sampled every 0.2 s for ``--window`` seconds: its CPU (from its birth if it was born in the window,
 from the first sample if not) and its PSS (``/proc/PID/smaps_rollup``: shared pages split between
 the processes that share them, which RSS counts in each).
@@ -13,8 +15,9 @@ the processes that share them, which RSS counts in each).
 Prints per launcher ``launch_cpu_s_per_run_<launcher>``: the CPU of all those processes over the
 window divided by the reader runs that ended in it (the daemon's ticks, a run's start, its read and
 its end: what grows with runs; the reads themselves are a small part on this idle-ish stream),
-``daemon_tree_cpu_s_per_run_<launcher>`` (of it, the daemon's tree: its ticks and its code server's
-sensor evaluations, which do not grow with runs, and under the default launcher the runs),
+``daemon_cpu_s_per_run_<launcher>`` and ``code_server_tree_cpu_s_per_run_<launcher>`` (of it, the
+daemon's ticks and the code server's sensor evaluations, which do not grow with runs, and under the
+default launcher the runs),
 ``pss_mb_per_reader_run_<launcher>`` (the median of each run process's peak PSS; warm: of the
 worker processes that ran a run) and ``rss_mb_per_reader_run_<launcher>`` (its RSS: what a run
 holds with nothing shared, as in a pod of its own), ``workers_pss_mb`` (the warm parent and its worker processes
@@ -40,6 +43,7 @@ from pathlib import Path
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from cs_platform.changestream.metadata import utc_now
+from cs_platform.dev.code_server import code_server
 from cs_platform.dev.dagster_dev import REPO
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import embedded_bank
@@ -67,14 +71,15 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
         stack.callback(writer.join)
         stack.callback(stop_writing.set)
         workers = stack.enter_context(run_workers(work / launcher, bank.dagster_home)) if launcher == "warm" else None
+        server = stack.enter_context(code_server(work / launcher))  # the daemon's, as in production (docs/production.md)
         # The lake sensor is on by default; stopped before the daemon starts, it launches nothing.
-        subprocess.run([sys.executable, "-m", "dagster", "sensor", "stop", LAKE_SENSOR, "-w", "workspace.yaml"],
+        subprocess.run([sys.executable, "-m", "dagster", "sensor", "stop", LAKE_SENSOR, "-w", str(server.workspace)],
                        cwd=REPO, check=True, capture_output=True, timeout=300)
-        daemon = launch([sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"], work / launcher / "dagster-daemon.log", cwd=REPO)
+        daemon = launch([sys.executable, "-m", "dagster._daemon", "run", "-w", str(server.workspace)], work / launcher / "dagster-daemon.log", cwd=REPO)
         stack.callback(stop_process_group, daemon)
         with DagsterInstance.get() as instance:
             wait_until(lambda: ended_reader_runs(instance) >= 1, 300, f"{launcher}: a reader run's end", poll_s=0.5)
-            sampler = TreeSampler([daemon.pid] + ([workers.process.pid] if workers else []))
+            sampler = TreeSampler([daemon.pid, server.process.pid] + ([workers.process.pid] if workers else []))
             thread = threading.Thread(target=sampler.run, daemon=True)
             ended_before = ended_reader_runs(instance)
             thread.start()
@@ -84,16 +89,18 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
             runs = ended_reader_runs(instance) - ended_before
         if workers:  # the worker processes that ran a run: the warm parent's children that used CPU
             run_processes = [key for key, parent in sampler.parents.items() if parent == workers.process.pid and sampler.last[key] > 0.5]
-        else:  # the runs the code server spawned: its children that lived a run's length
-            run_processes = [key for key in sampler.parents if sampler.last[key] - sampler.first[key] > 0.5 and sampler.parents[key] != daemon.pid]
+        else:  # the runs the code server spawned: the children of the process it loads the code in
+            long_lived = {daemon.pid, server.process.pid}
+            run_processes = [key for key in sampler.parents if sampler.last[key] - sampler.first[key] > 0.5 and sampler.parents[key] not in long_lived]
         pss = [sampler.peak_pss[key] for key in run_processes if key in sampler.peak_pss]
         rss = [sampler.peak_rss[key] for key in run_processes if key in sampler.peak_rss]
         figures = {
             f"reader_runs_{launcher}": runs,
             f"launch_cpu_s_per_run_{launcher}": sampler.cpu_s() / max(runs, 1),
-            # The daemon's tree: its ticks (sensors, queue, monitoring) and its code server's sensor
-            # evaluations, whatever the runs; under the default launcher the runs it spawns too.
-            f"daemon_tree_cpu_s_per_run_{launcher}": sampler.cpu_s(daemon.pid) / max(runs, 1),
+            # The daemon's ticks (sensors, queue, monitoring), whatever the runs.
+            f"daemon_cpu_s_per_run_{launcher}": sampler.cpu_s(daemon.pid) / max(runs, 1),
+            # The code server: its sensor evaluations; under the default launcher the runs it spawns too.
+            f"code_server_tree_cpu_s_per_run_{launcher}": sampler.cpu_s(server.process.pid) / max(runs, 1),
             f"pss_mb_per_reader_run_{launcher}": statistics.median(pss) if pss else float("nan"),
             # What a run process holds with nothing shared: what a pod of its own needs (K8sRunLauncher).
             f"rss_mb_per_reader_run_{launcher}": statistics.median(rss) if rss else float("nan"),

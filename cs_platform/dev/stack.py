@@ -5,7 +5,8 @@
 - Spark: a standalone cluster (a master and a worker); each lake run's driver sends its tasks,
   the snapshot's reads included, to executor processes;
 - Dagster: an instance on PostgreSQL, with ``dagster-daemon`` (sensors, run queue with the tag
-  concurrency limits, run monitoring) and ``dagster-webserver`` as separate processes;
+  concurrency limits, run monitoring), ``dagster-webserver`` and the code server they share
+  (``dagster code-server start``: ``dev.code_server``) as separate processes;
 - run workers: reader runs execute in warm worker processes (``cs-platform-run-worker``), sent
   there through a private Redis (``dev.run_workers``); lake and other runs as the default launcher
   starts them.
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import Iterator
 
 from cs_platform.changestream.metadata import utc_now
+from cs_platform.dev.code_server import code_server
 from cs_platform.dev.dagster_dev import REPO
 from cs_platform.dev.embedded import EmbeddedBank, embedded_bank, instance_yaml
 from cs_platform.dev.emulator import free_loopback_port
@@ -54,12 +56,12 @@ BUCKET = "cs-platform"
 class Daemon:
     """``dagster-daemon`` as a process of our own, which a test may restart mid-run."""
 
-    def __init__(self, log: Path) -> None:
-        self.log = log
+    def __init__(self, log: Path, workspace: Path) -> None:
+        self.log, self.workspace = log, workspace
         self.process = self._start()
 
     def _start(self) -> subprocess.Popen:
-        return launch([sys.executable, "-m", "dagster._daemon", "run", "-w", "workspace.yaml"], self.log, cwd=REPO)
+        return launch([sys.executable, "-m", "dagster._daemon", "run", "-w", str(self.workspace)], self.log, cwd=REPO)
 
     def restart(self) -> None:
         stop_process_group(self.process)
@@ -156,11 +158,12 @@ def production_stack(
         stack.enter_context(environment_set(settings))  # for the daemon, the webserver and their run processes
         # The daemon first: it ticks while the webserver loads (Stack.await_webserver waits for that).
         workers = stack.enter_context(run_workers(workdir, bank.dagster_home))
-        daemon = Daemon(workdir / "dagster-daemon.log")
+        workspace = stack.enter_context(code_server(workdir)).workspace  # the daemon's and the webserver's, as in production
+        daemon = Daemon(workdir / "dagster-daemon.log", workspace)
         stack.callback(daemon.stop)
         port = free_loopback_port()
         webserver = launch(
-            [sys.executable, "-m", "dagster_webserver", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)],
+            [sys.executable, "-m", "dagster_webserver", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(port)],
             workdir / "dagster-webserver.log", cwd=REPO,
         )
         stack.callback(stop_process_group, webserver)
@@ -175,7 +178,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("google").setLevel(logging.WARNING)
-    print("starting the Spanner emulator, a GCS emulator, a Spark cluster, PostgreSQL, Redis, run workers, dagster-webserver and dagster-daemon ...")
+    print("starting the Spanner emulator, a GCS emulator, a Spark cluster, PostgreSQL, Redis, run workers, a code server, dagster-webserver and dagster-daemon ...")
     with production_stack(args.workdir) as stack:
         stack.await_webserver()
         writer = stack.workload.run_until
