@@ -141,11 +141,15 @@ def detect_partitions(
     by_partition = live_runs_by_partition(context.instance, names.job, names.asset_key)
     records = {record.dagster_run.run_id: record for runs in by_partition.values() for record in runs}
     live = [LiveRead(run_id, run.dagster_run.tags[PARTITION_TAG], seconds_since_progress(run, now)) for run_id, run in records.items()]
+    # Reads rotate through the run queue when it holds reader runs to the slots itself: a run that
+    # waits in it takes a slot the moment a yielding run frees one (at the queue's next pass).
+    allowed = queued_runs_allowed(context.instance, READER_TAG)
+    queue_ahead = change_stream.max_parallel_reads if allowed is not None and allowed <= change_stream.max_parallel_reads else 0
     detection = partition_detection.detect_partitions(
         store,
         live,
         cursor.launched,
-        LaunchPlanner(change_stream.max_parallel_reads, change_stream.retry_backoff_seconds),
+        LaunchPlanner(change_stream.max_parallel_reads, change_stream.retry_backoff_seconds, queue_ahead=queue_ahead),
         stale_run_seconds=change_stream.stale_run_seconds,
         retention_period=change_stream.retention_period,
         now=now,
@@ -185,7 +189,6 @@ def detect_partitions(
                 f"{plan.starved} partition(s) wait for a run slot: asked {asked} live run(s) to yield after "
                 f"{change_stream.yield_after_seconds:g}s of reading"
             )
-        allowed = queued_runs_allowed(context.instance, READER_TAG)
         if allowed is not None and allowed < change_stream.max_parallel_reads:
             context.log.warning(
                 f"{env_name('max_parallel_reads')} is {change_stream.max_parallel_reads}, but this Dagster instance's run queue "

@@ -94,6 +94,7 @@ def detect_partitions(
     active = [
         p for p in unfinished.in_states(PartitionState.SCHEDULED, PartitionState.RUNNING) + unfinished.schedulable if p.token not in expired
     ]
-    plan = planner.plan(active, {read.partition_key for read in alive}, launched, now)
+    queued = sum(1 for read in alive if read.quiet_seconds is None)
+    plan = planner.plan(active, {read.partition_key for read in alive}, launched, now, queued)
     store.transition([launch.partition.token for launch in plan.launches if launch.reason == "new"], PartitionState.SCHEDULED)
     return Detection(dead, alive, watch, plan, unfinished.low_watermark)

@@ -7,11 +7,14 @@ ticks launched (kept in the sensor cursor). Rules:
 - a SCHEDULED or RUNNING partition without a live run is re-launched from its persisted watermark:
   at once if its watermark moved since the last launch (the run ended at its soft timeout), after
   an exponential backoff if it did not (the run failed, was killed, or never started);
-- never two live runs for one partition, never more than ``max_parallel`` live runs; the partitions
-  furthest behind go first, because they hold the low watermark back;
-- a partition due now that finds no free slot is *starved*: the sensor then asks the live runs to
-  yield their slots (see ``runs.ask_to_yield``), so that reads rotate instead of waiting for soft
-  timeouts;
+- never two live runs for one partition, never more than ``max_parallel`` runs reading; the
+  partitions furthest behind go first, because they hold the low watermark back;
+- where the run queue itself holds reader runs to ``max_parallel`` at once, up to ``queue_ahead``
+  more are launched to wait in it: a slot a yielding run frees then goes to the next partition at
+  the queue's next pass, not after the sensor's next tick and a queue pass;
+- a partition due now that finds no free slot (waiting in the queue or not launched) is *starved*:
+  the sensor then asks the live runs to yield their slots (see ``runs.ask_to_yield``), so that
+  reads rotate instead of waiting for soft timeouts;
 - a run key names the partition, the watermark it resumes from and the attempt, so the same read is
   never launched twice, while a retry of a failed read gets a new key.
 """
@@ -51,14 +54,15 @@ class LaunchPlan:
     launches: tuple[Launch, ...]
     launched: dict[str, LaunchRecord]  # the next cursor: one entry per unfinished launched partition
     waiting: int  # partitions due for a launch but held back by backoff or the parallelism cap
-    starved: int = 0  # of those, the ones due now that found no free slot
+    starved: int = 0  # partitions due now that have no slot to read in: not launched, or waiting in the run queue
 
 
 class LaunchPlanner:
-    def __init__(self, max_parallel: int, retry_backoff_s: float, max_backoff_s: float = 300.0) -> None:
+    def __init__(self, max_parallel: int, retry_backoff_s: float, max_backoff_s: float = 300.0, queue_ahead: int = 0) -> None:
         self.max_parallel = max_parallel
         self.retry_backoff_s = retry_backoff_s
         self.max_backoff_s = max_backoff_s
+        self.queue_ahead = queue_ahead  # 0 unless the run queue holds reader runs to max_parallel itself
 
     def backoff(self, attempt: int) -> float:
         return min(self.max_backoff_s, self.retry_backoff_s * 2 ** (attempt - 1)) if attempt else 0.0
@@ -69,8 +73,10 @@ class LaunchPlanner:
         live_keys: set[str],
         launched: dict[str, LaunchRecord],
         now: float,
+        queued: int = 0,
     ) -> LaunchPlan:
-        """``partitions``: every schedulable (CREATED, parents FINISHED), SCHEDULED or RUNNING partition."""
+        """``partitions``: every schedulable (CREATED, parents FINISHED), SCHEDULED or RUNNING
+        partition; ``queued``: how many of the live runs wait in the run queue for a slot."""
         candidates: list[Launch] = []
         held_back = 0
         for p in partitions:
@@ -88,14 +94,16 @@ class LaunchPlanner:
             else:
                 held_back += 1
         candidates.sort(key=lambda launch: (launch.partition.watermark, launch.partition.key))
-        capacity = max(0, self.max_parallel - len(live_keys))
+        free_slots = max(0, self.max_parallel - (len(live_keys) - queued))
+        capacity = max(0, self.max_parallel + self.queue_ahead - len(live_keys))
         chosen = tuple(candidates[:capacity])
         active = {p.key for p in partitions}
         cursor = {k: v for k, v in launched.items() if k in active}
         for launch in chosen:
             cursor[launch.partition.key] = LaunchRecord(launch.partition.watermark.isoformat(), launch.attempt, now)
-        starved = len(candidates) - len(chosen)
-        return LaunchPlan(chosen, cursor, held_back + starved, starved)
+        unlaunched = len(candidates) - len(chosen)
+        starved = unlaunched + max(0, queued + len(chosen) - free_slots)  # due now, and no slot to read in yet
+        return LaunchPlan(chosen, cursor, held_back + unlaunched, starved)
 
 
 @dataclass(frozen=True)

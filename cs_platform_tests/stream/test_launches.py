@@ -80,6 +80,28 @@ def test_only_partitions_due_now_without_a_slot_are_starved():
     assert plan.waiting == 1 and plan.starved == 0
 
 
+def test_reads_rotate_through_the_run_queue_when_it_holds_reader_runs_to_the_slots():
+    """Up to queue_ahead runs more than the slots are launched to wait in the run queue, the oldest
+    partitions first, so a slot a yielding run frees goes to the next at the queue's next pass;
+    every partition with no slot to read in, queued or not launched, is starved (live runs are
+    asked to yield); never a second run for a partition with one live."""
+    planner = LaunchPlanner(max_parallel=2, retry_backoff_s=5, queue_ahead=2)
+    rows = [partition(f"tok{i}", PartitionState.RUNNING, watermark_s=10 * i) for i in range(6)]
+    key = {p.token: p.key for p in rows}
+    reading = {key["tok4"], key["tok5"]}  # both slots taken
+    plan = planner.plan(rows, reading, launched={}, now=0.0)
+    assert [launch.partition.token for launch in plan.launches] == ["tok0", "tok1"]
+    assert plan.starved == 4 and plan.waiting == 2
+    plan = planner.plan(rows, reading | {key["tok0"], key["tok1"]}, plan.launched, now=1.0, queued=2)
+    assert plan.launches == () and plan.starved == 4
+    # tok4 yielded: tok0 took its slot from the queue; one more goes to wait there.
+    plan = planner.plan(rows, {key["tok5"], key["tok0"], key["tok1"]}, plan.launched, now=2.0, queued=1)
+    assert [launch.partition.token for launch in plan.launches] == ["tok2"]
+    assert plan.starved == 4  # tok1 and tok2 in the queue, tok3 and tok4 (which yielded) not launched
+    # Without a queue that holds runs to the slots (queue_ahead 0), nothing waits in it.
+    assert PLANNER.plan(rows, {key["tok3"], key["tok4"], key["tok5"]}, {}, now=0.0).launches == ()
+
+
 def test_cursor_keeps_only_unfinished_partitions_and_survives_a_round_trip():
     running = partition("tok", PartitionState.RUNNING)
     plan = PLANNER.plan([running], set(), {"gone": LaunchRecord("x", 0, 1.0)}, now=1.0)
