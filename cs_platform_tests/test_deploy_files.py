@@ -43,7 +43,10 @@ def rendered_instance(values: dict) -> dict:
         "run_coordinator": {
             "module": "dagster.core.run_coordinator",
             "class": "QueuedRunCoordinator",
-            "config": {"max_concurrent_runs": queued["maxConcurrentRuns"], "tag_concurrency_limits": queued["tagConcurrencyLimits"]},
+            "config": {
+                "max_concurrent_runs": queued["maxConcurrentRuns"], "tag_concurrency_limits": queued["tagConcurrencyLimits"],
+                "dequeue_interval_seconds": queued["dequeueIntervalSeconds"],
+            },
         },
         "run_monitoring": {"enabled": monitoring["enabled"], "poll_interval_seconds": monitoring["pollIntervalSeconds"]},
     })
@@ -67,7 +70,10 @@ def test_the_helm_values_make_an_instance_that_sends_reader_runs_to_the_workers_
         assert isinstance(instance.run_launcher, ReaderRunLauncher)
         assert instance.run_launcher.readers.broker == "redis://127.0.0.1:1/0"
         deployed = limits(instance.run_coordinator.get_run_queue_config().tag_concurrency_limits)
-    embedded = limits(yaml.safe_load(instance_yaml(8))["run_queue"]["tag_concurrency_limits"])
+        dequeue_interval = instance.run_coordinator.dequeue_interval_seconds
+    embedded_queue = yaml.safe_load(instance_yaml(8))["run_queue"]
+    embedded = limits(embedded_queue["tag_concurrency_limits"])
+    assert dequeue_interval == embedded_queue["dequeue_interval_seconds"]  # a freed slot taken as fast as in make dev
     assert deployed.keys() == embedded.keys()
     assert {k: v for k, v in deployed.items() if k != READER_TAG} == {k: v for k, v in embedded.items() if k != READER_TAG}
     # Every reader slot the queue allows has a worker process to run in, and no more.

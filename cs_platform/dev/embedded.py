@@ -29,6 +29,9 @@ PROJECT, INSTANCE, STREAM = "demo-project", "demo-instance", "BankStream"
 DAGSTER_YAML = """\
 run_queue:
   max_concurrent_runs: {all_runs}
+  # When reads rotate, the partition sensor launches runs ahead to wait here: a slot a yielding
+  # reader run frees goes to one of them at the queue's next pass (Dagster's default: every 5 s).
+  dequeue_interval_seconds: 1
   tag_concurrency_limits:
     - key: cs_platform/reader
       limit: {reader_runs}
