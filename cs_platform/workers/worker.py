@@ -94,6 +94,10 @@ def warm_up(code_location: str) -> None:
     repository, which a run's reconstruction then finds built."""
     module = importlib.import_module(code_location)
     module.defs.get_repository_def()
+    if "://" in settings.value(os.environ, "CS_PLATFORM_LANDING_ROOT").removeprefix("file://"):
+        # A run lands on an object store through pyarrow's filesystem, which it imports on first
+        # use: here its pages (about 38 MB) are shared by every worker process, not copied into each.
+        importlib.import_module("pyarrow.fs")
     # What the parent holds now, out of the collector's reach: a worker process's collections would
     # otherwise write to every object it shares with the parent, copying its pages (CPython's
     # gc.freeze, for exactly this: fork after preloading).

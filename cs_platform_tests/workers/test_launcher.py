@@ -3,6 +3,9 @@ the workers, what run monitoring reads of a worker's task, and a worker refusing
 runs would never reach it. What runs on the workers keeps (termination, a killed worker process,
 restarts) is proven on live runs of the production stack (``test_production_stack``)."""
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -126,3 +129,14 @@ def test_other_runs_go_to_the_launcher_others_names_checked_at_load(tmp_path, br
     (home / "dagster.yaml").write_text((home / "dagster.yaml").read_text().replace(others, k8s))
     with DagsterInstance.from_config(str(home)) as instance, pytest.raises(DagsterInvalidConfigError, match="instance_config_map"):
         instance.run_launcher  # noqa: B018 (the launcher is built on first use)
+
+
+@pytest.mark.parametrize("landing_root, preloaded", [("gs://a-bucket/landing", True), ("file:///srv/landing", False)])
+def test_the_warm_parent_imports_the_filesystem_its_runs_land_through(landing_root, preloaded):
+    """Imported in the parent before the fork, pyarrow's filesystem (about 38 MB) is shared by every
+    worker process; imported by each run on first use, it was copied into each. A local root needs
+    none of it."""
+    code = "import sys; from cs_platform.workers.worker import warm_up; warm_up('cs_platform.definitions'); print('pyarrow.fs' in sys.modules)"
+    env = {**os.environ, "CS_PLATFORM_LANDING_ROOT": landing_root, "CS_PLATFORM_LAKE_ROOT": "gs://a-bucket/lake"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=True)
+    assert done.stdout.split()[-1] == str(preloaded), done.stderr[-2000:]
