@@ -133,7 +133,7 @@ class ReaderRunLauncher(RunLauncher, ConfigurableClass):
         if DAGSTER_CELERY_TASK_ID_TAG not in run.tags:
             return self.others.terminate(run_id)
         from_run_monitoring = run.status is DagsterRunStatus.CANCELING
-        report_termination(self._instance, run_id, "Sending a termination request to the run's worker process: it drains.")
+        report_termination(self._instance, run, "Sending a termination request to the run's worker process: it drains.")
         self.readers.terminate(run_id)
         if not from_run_monitoring:
             return True
@@ -187,7 +187,7 @@ def other_launcher(named: Mapping[str, Any]) -> RunLauncher:
 RUN_ENDS = {DagsterEventType.RUN_SUCCESS, DagsterEventType.RUN_FAILURE, DagsterEventType.RUN_CANCELED}
 
 
-def report_termination(instance: DagsterInstance, run_id: str, why: str) -> None:
+def report_termination(instance: DagsterInstance, run: DagsterRun, why: str) -> None:
     """Record a STARTED run CANCELING before its process is signalled, as Dagster's default
     launcher does: Dagster ends an interrupted run CANCELED only if its status says a termination
     was asked for, else FAILED ("interrupted unexpectedly"). The reader's drain records it too, but
@@ -195,13 +195,13 @@ def report_termination(instance: DagsterInstance, run_id: str, why: str) -> None
     record it: without this, a termination from the UI or a worker's stop then failed a run that had
     landed and persisted everything (and alerted on it).
 
-    A run that ends between the read of its status and the write of CANCELING has its end
-    overwritten (the status is the last write): its end is in its event log, so it is put back."""
-    run = instance.get_run_by_id(run_id)
-    if run is None or run.status is not DagsterRunStatus.STARTED:
+    ``run`` is the run as the caller just read it. A run that ends between that read and the write
+    of CANCELING has its end overwritten (the status is the last write): its end is in its event
+    log, so it is put back."""
+    if run.status is not DagsterRunStatus.STARTED:
         return
     instance.report_run_canceling(run, message=why)
-    ends = instance.get_records_for_run(run_id, of_type=RUN_ENDS).records
+    ends = instance.get_records_for_run(run.run_id, of_type=RUN_ENDS).records
     if ends:
         entry = ends[-1].event_log_entry
-        instance.run_storage.handle_run_event(run_id, entry.dagster_event, datetime.fromtimestamp(entry.timestamp, timezone.utc))
+        instance.run_storage.handle_run_event(run.run_id, entry.dagster_event, datetime.fromtimestamp(entry.timestamp, timezone.utc))

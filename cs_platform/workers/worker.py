@@ -118,15 +118,23 @@ def drain_on_shutdown() -> None:
         children = [child.pid for child in active_children() if child.pid]
         try:
             with DagsterInstance.get() as instance:
-                for request in list(active_requests):
-                    if request.worker_pid in children:
-                        run_id = unpack_value(request.kwargs["execute_job_args_packed"], as_type=ExecuteRunArgs).run_id
-                        report_termination(instance, run_id, "The run worker is stopping (a deploy, a scale-down): the run drains.")
+                for run_id in runs_in(children):
+                    run = instance.get_run_by_id(run_id)
+                    if run is not None:
+                        report_termination(instance, run, "The run worker is stopping (a deploy, a scale-down): the run drains.")
         except SQLAlchemyError as e:  # the storage out of reach: the runs drain all the same
             log.warning("could not record the runs of the stopping workers as canceling (%s)", e)
         finally:
             for pid in children:
                 os.kill(pid, signal.SIGTERM)
+
+
+def runs_in(worker_pids: list[int]) -> list[str]:
+    """The runs these worker processes execute, as Celery's parent knows its accepted tasks."""
+    return [
+        unpack_value(request.kwargs["execute_job_args_packed"], as_type=ExecuteRunArgs).run_id
+        for request in list(active_requests) if request.worker_pid in worker_pids
+    ]
 
 
 def worker_argv(queue: str, concurrency: int, max_runs_per_process: int) -> list[str]:

@@ -86,7 +86,7 @@ def test_a_termination_records_the_run_canceling_first_and_never_overwrites_its_
     end: here its RUN_SUCCESS is stored but its status write is not yet seen, as when the
     launcher's read of the status came first."""
     live = create_run_for_test(instance, job_name="bank_stream_read_partition", status=DagsterRunStatus.STARTED)
-    report_termination(instance, live.run_id, "asked to end")
+    report_termination(instance, live, "asked to end")
     assert instance.get_run_by_id(live.run_id).status is DagsterRunStatus.CANCELING
 
     ending = create_run_for_test(instance, job_name="bank_stream_read_partition", status=DagsterRunStatus.STARTED)
@@ -94,11 +94,11 @@ def test_a_termination_records_the_run_canceling_first_and_never_overwrites_its_
     instance.event_log_storage.store_event(
         EventLogEntry(error_info=None, level="DEBUG", user_message="", run_id=ending.run_id, timestamp=time.time(), dagster_event=success)
     )
-    report_termination(instance, ending.run_id, "asked to end")
+    report_termination(instance, ending, "asked to end")
     assert instance.get_run_by_id(ending.run_id).status is DagsterRunStatus.SUCCESS
 
     ended = create_run_for_test(instance, job_name="bank_stream_read_partition", status=DagsterRunStatus.SUCCESS)
-    report_termination(instance, ended.run_id, "asked to end")
+    report_termination(instance, ended, "asked to end")
     assert instance.get_run_by_id(ended.run_id).status is DagsterRunStatus.SUCCESS
 
 
