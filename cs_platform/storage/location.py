@@ -29,13 +29,18 @@ if TYPE_CHECKING:
     from pyarrow import fs as pafs
 
 
+def is_local(root: str) -> bool:
+    """A local directory (a path or a ``file://`` URI), not an object store."""
+    return "://" not in root or root.startswith("file://")
+
+
 class Location:
     def __init__(self, root: str, setting: str) -> None:
         if not root:
             raise InvalidArgumentError(f"{setting} is empty: set it to a local directory or a gs:// URI")
         self.root = root.rstrip("/")
         self.setting = setting
-        self.is_local = "://" not in root or root.startswith("file://")
+        self.is_local = is_local(root)
         self._filesystem: pafs.FileSystem | None = None
         if self.is_local:
             self.base = str(Path(root.removeprefix("file://")).resolve())

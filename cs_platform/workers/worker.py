@@ -43,6 +43,7 @@ from dagster_celery.config import TASK_EXECUTE_JOB_NAME
 from sqlalchemy.exc import SQLAlchemyError
 
 from cs_platform import settings
+from cs_platform.storage.location import is_local
 from cs_platform.workers.launcher import ReaderRunLauncher, report_termination
 
 log = logging.getLogger("cs_platform.workers")
@@ -94,7 +95,7 @@ def warm_up(code_location: str) -> None:
     repository, which a run's reconstruction then finds built."""
     module = importlib.import_module(code_location)
     module.defs.get_repository_def()
-    if "://" in settings.value(os.environ, "CS_PLATFORM_LANDING_ROOT").removeprefix("file://"):
+    if not is_local(settings.value(os.environ, "CS_PLATFORM_LANDING_ROOT")):
         # A run lands on an object store through pyarrow's filesystem, which it imports on first
         # use: here its pages (about 38 MB) are shared by every worker process, not copied into each.
         importlib.import_module("pyarrow.fs")
