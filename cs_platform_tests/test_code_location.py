@@ -11,6 +11,8 @@ import yaml
 from dagster import Definitions
 from dagster._core.workspace.autodiscovery import loadable_targets_from_python_module, loadable_targets_from_python_package
 
+from cs_platform.dev.code_server import served_location
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -23,8 +25,8 @@ def test_the_code_location_loads_as_dagster_cloud_yaml_and_workspace_yaml_name_i
     [target] = loadable_targets_from_python_package(location["code_source"]["package_name"], str(ROOT))
     assert isinstance(target.target_definition, Definitions)
     assert target.target_definition.resolve_job_def("bank_stream_lake") is not None
-    [workspace] = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
-    [from_workspace] = loadable_targets_from_python_module(workspace["python_module"]["module_name"], str(ROOT))
+    module, _location = served_location()
+    [from_workspace] = loadable_targets_from_python_module(module, str(ROOT))
     assert from_workspace.target_definition is target.target_definition  # one Definitions, however it is named
 
 

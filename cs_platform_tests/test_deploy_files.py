@@ -20,6 +20,7 @@ from dagster._config import process_config
 from dagster_k8s import K8sRunLauncher
 
 from cs_platform.defs.tags import READER_TAG
+from cs_platform.dev.code_server import served_location
 from cs_platform.dev.embedded import instance_yaml
 from cs_platform.dev.run_workers import BROKER_SETTING
 from cs_platform.workers.launcher import ReaderRunLauncher
@@ -99,8 +100,7 @@ def test_each_secret_reaches_only_the_processes_that_use_it():
 
 
 def test_the_image_serves_the_workspaces_code_location_as_the_pods_user():
-    [workspace] = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
-    module = workspace["python_module"]["module_name"]
+    module, _location = served_location()
     assert USER_DEPLOYMENT["dagsterApiGrpcArgs"] == ["--module-name", module]
     assert f'"--module-name", "{module}"' in CONTAINERFILE
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]

@@ -21,6 +21,7 @@ from dagster import DagsterInstance
 from google.cloud import spanner
 
 from cs_platform import settings
+from cs_platform.dev.code_server import served_location
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.emulator import find_emulator_binary, free_loopback_port
 from cs_platform.dev.gcs_emulator import gcs_emulator
@@ -127,8 +128,7 @@ def test_the_deploy_guide_runs_as_written_on_the_local_stand_ins(spanner_gateway
         held = set(re.findall(r"CS_PLATFORM_[A-Z_]+", text[text.index(f"the Secret `{secret}` holds") :].split("\n\n")[0]))
         assert held == SECRETS - {BROKER_SETTING}
         assert f"`{BROKER_SETTING}` holds Redis's password: a Secret of its own" in text
-        [workspace] = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
-        assert deployment["dagsterApiGrpcArgs"] == ["--module-name", workspace["python_module"]["module_name"]]
+        assert deployment["dagsterApiGrpcArgs"] == ["--module-name", served_location()[0]]
 
         # Step 9: the exporter serves the stream's metrics (no metadata table yet: scrape_error says so).
         port = free_loopback_port()

@@ -22,7 +22,11 @@ from cs_platform.dev.dagster_dev import REPO
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.process_group import start_server, stop_process_group
 
-MODULE, LOCATION = "cs_platform.definitions", "cs_platform"  # as workspace.yaml names them
+
+def served_location() -> tuple[str, str]:
+    """The module and the location name the repository's workspace.yaml loads, served as they are."""
+    [entry] = yaml.safe_load((REPO / "workspace.yaml").read_text())["load_from"]
+    return entry["python_module"]["module_name"], entry["python_module"]["location_name"]
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,13 @@ def code_server(workdir: Path) -> Iterator[CodeServer]:
     its runs under the default launcher inherit it), and yield it with a workspace file that names
     it; stop it by its PID on exit."""
     port = free_loopback_port()
-    command = [sys.executable, "-m", "dagster", "code-server", "start", "-m", MODULE, "--location-name", LOCATION,
+    module, location = served_location()
+    command = [sys.executable, "-m", "dagster", "code-server", "start", "-m", module, "--location-name", location,
                "-h", "127.0.0.1", "-p", str(port)]
     process = start_server(command, port, workdir / "code-server.log", "dagster code-server", timeout_s=180, cwd=REPO)
     try:
         workspace = workdir / "workspace.yaml"
-        workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {"host": "127.0.0.1", "port": port, "location_name": LOCATION}}]}))
+        workspace.write_text(yaml.safe_dump({"load_from": [{"grpc_server": {"host": "127.0.0.1", "port": port, "location_name": location}}]}))
         yield CodeServer(process, workspace)
     finally:
         stop_process_group(process)
