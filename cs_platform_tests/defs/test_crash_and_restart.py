@@ -30,7 +30,7 @@ from dagster import AssetKey, DagsterRun, DagsterRunStatus, RunsFilter, build_se
 from cs_platform.changestream.metadata import INITIAL_PARTITION_TOKEN, ONE_MICROSECOND, PartitionState, utc_now
 from cs_platform.changestream.query import PartitionMode
 from cs_platform.definitions import build_definitions
-from cs_platform.defs.runs import live_runs_by_partition, mark_progress
+from cs_platform.defs.runs import PARTITION_TAG, live_runs_by_partition, mark_progress
 from cs_platform.dev.deadline import Deadline, load_per_core, wait_until
 from cs_platform.dev.oracle import changelog_mods, check_bank_cut, committed, spread
 from cs_platform.dev.sensor_loop import SensorLoop, evaluate_sensor
@@ -96,11 +96,21 @@ def reading_partitions(bank_stream, loop):
 KILL_ROUNDS = 6
 
 
+# How a reader run presumed dead while it still read ends itself: before its next landing
+# (``runs.stop_if_presumed_dead``), or, presumed dead after that check, at the watermark its
+# re-launch fenced off (``reading``: FencedOffError).
+STOPPED_ALIVE = ("but was still reading partition", "no longer owns partition")
+
+
+def step_failures(instance, run_id: str) -> list[str]:
+    """The descriptions of the run's step failures (none for a run killed, or marked failed by its sensor)."""
+    return [str(e.dagster_event.event_specific_data) for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_failure]
+
+
 def stopped_itself_presumed_dead(instance, run_id: str) -> bool:
-    """True if the run failed because it found itself given up while it still read
-    (``runs.stop_if_presumed_dead`` in a reader run), not because it was killed."""
-    failures = [e.dagster_event for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_failure]
-    return any("but was still reading partition" in str(f.event_specific_data) for f in failures)
+    """True if the run failed because it found itself given up while it still read, not because
+    it was killed."""
+    return any(said in failure for failure in step_failures(instance, run_id) for said in STOPPED_ALIVE)
 
 
 def until_one_not_killed(loop, bank_stream, killed) -> None:
@@ -175,7 +185,11 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
     # proves); such a run is no victim, and no other run may fail.
     failed = dagster_instance.get_run_records(RunsFilter(job_name=JOB, statuses=[DagsterRunStatus.FAILURE]))
     stopped_alive = [r for r in failed if stopped_itself_presumed_dead(dagster_instance, r.dagster_run.run_id)]
-    assert len(failed) - len(stopped_alive) == len(victims), f"{len(failed)} failed runs, {len(stopped_alive)} of them fenced while alive"
+    failures = {r.dagster_run.tags.get(PARTITION_TAG): step_failures(dagster_instance, r.dagster_run.run_id) for r in failed}
+    assert len(failed) - len(stopped_alive) == len(victims), (
+        f"{len(failed)} failed runs, {len(stopped_alive)} of them stopped while alive, {len(victims)} killed "
+        f"({sorted(p.key for p in victims)}); each failed run's partition and step failures: {failures}"
+    )
     chains = {}
     for read in history:
         chains.setdefault(read.partition_key, []).append(read)
