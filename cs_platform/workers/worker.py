@@ -32,7 +32,7 @@ from typing import Sequence
 
 from billiard.process import active_children
 from celery import Celery
-from celery.signals import worker_shutting_down
+from celery.signals import worker_before_create_process, worker_shutting_down
 from celery.worker.state import active_requests
 from dagster import DagsterInstance
 from dagster._cli.api import _execute_run_command_body
@@ -99,10 +99,21 @@ def warm_up(code_location: str) -> None:
         # A run lands on an object store through pyarrow's filesystem, which it imports on first
         # use: here its pages (about 38 MB) are shared by every worker process, not copied into each.
         importlib.import_module("pyarrow.fs")
-    # What the parent holds now, out of the collector's reach: a worker process's collections would
-    # otherwise write to every object it shares with the parent, copying its pages (CPython's
-    # gc.freeze, for exactly this: fork after preloading).
-    gc.freeze()
+
+
+def freeze_before_each_fork() -> None:
+    """Right before the pool forks a worker process (each of the first ones, and each replacement),
+    everything the parent holds is put out of the collector's reach (CPython's ``gc.freeze``, for
+    exactly this: fork after preloading). A worker process's collections would otherwise write to
+    every object it shares with the parent, copying its pages. Before each fork, not once after
+    :func:`warm_up`: Celery's worker machinery (its command line, the pool, the broker's transport,
+    about 330 modules) is imported after it, as the worker starts, and was left to the collector.
+    ``bench/run_launch.py``: 79 -> 72 MB of PSS a reader run, 8 worker processes and their parent
+    522 -> 439 MB (docs/benchmarks.md, "Warm run workers")."""
+
+    @worker_before_create_process.connect(weak=False)
+    def _freeze(**_: object) -> None:
+        gc.freeze()
 
 
 def drain_on_shutdown() -> None:
@@ -170,6 +181,7 @@ def serve(argv: Sequence[str] | None) -> int:
     register_run_task(app)
     drain_on_shutdown()
     warm_up(args.code_location)
+    freeze_before_each_fork()
     log.info("run workers: %d processes on queue %s, code location %s", concurrency, queue, args.code_location)
     app.worker_main(worker_argv(queue, concurrency, args.max_runs_per_process))
     return 0

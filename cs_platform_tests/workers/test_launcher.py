@@ -140,3 +140,22 @@ def test_the_warm_parent_imports_the_filesystem_its_runs_land_through(landing_ro
     env = {**os.environ, "CS_PLATFORM_LANDING_ROOT": landing_root, "CS_PLATFORM_LAKE_ROOT": "gs://a-bucket/lake"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=True)
     assert done.stdout.split()[-1] == str(preloaded), done.stderr[-2000:]
+
+
+def test_the_warm_parent_freezes_what_it_holds_before_each_fork():
+    """What the parent imports after warm_up (Celery's worker machinery, as the worker starts) is
+    frozen too: the pool announces each fork (``worker_before_create_process``, sent by Celery's
+    prefork pool in the parent right before it creates a worker process), and then every object
+    the parent holds is out of the collector's reach, so a worker process's collections copy none
+    of its pages."""
+    code = (
+        "import gc; from celery.signals import worker_before_create_process; from cs_platform.workers.worker import freeze_before_each_fork\n"
+        "freeze_before_each_fork(); before = gc.get_freeze_count()\n"
+        "import xml.dom.minidom  # imported after warm_up, as Celery's worker machinery is\n"
+        "held = [xml.dom.minidom.parseString(f'<a n=\"{i}\"/>') for i in range(1000)]\n"
+        "worker_before_create_process.send(sender=None)\n"
+        "print(gc.get_freeze_count() - before, sum(gc.get_count()))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    frozen, left_to_the_collector = map(int, done.stdout.split())
+    assert frozen > 1000 and left_to_the_collector < 10, done.stdout
