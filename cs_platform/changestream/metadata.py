@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import logging
+import random
 from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
@@ -54,6 +55,14 @@ log = logging.getLogger(__name__)
 INITIAL_PARTITION_TOKEN = "initial"
 ONE_MICROSECOND = timedelta(microseconds=1)
 ABORTED_RETRY_SECONDS = 120  # how long a metadata transaction that Spanner keeps aborting is retried (_in_transaction)
+# When Spanner aborts a transaction without saying when to retry (RetryInfo: the emulator never
+# does, Cloud Spanner may not), the Python client waits 2**attempts + random() seconds: 2-3 s, then
+# 4-5, then 8-9. Go's database/sql driver waits a random 1-30 ms (googleapis/go-sql-spanner PR 398),
+# and so do metadata transactions here: a reader taking its partition while others commit their
+# watermarks waited 2.5 s for it. 16 readers taking a partition and persisting 5 watermarks each at
+# once, on the emulator: 5.3-7.8 s with the client's wait, 0.55-0.98 s with this one
+# (docs/benchmarks.md, "Metadata transactions under contention"). A RetryInfo Spanner sends wins.
+ABORTED_RETRY_DELAY_SECONDS = (0.001, 0.030)
 
 
 class PartitionState(str, enum.Enum):
@@ -260,7 +269,10 @@ class PartitionMetadataStore:
         # finish partitions at once: at a load of 12 on two cores the emulator (one transaction at a
         # time) kept aborting a take for more than 30 s and the read failed. They keep retrying longer.
         try:
-            return self.database.run_in_transaction(work, *args, commit_request_options=self.options, timeout_secs=ABORTED_RETRY_SECONDS)
+            return self.database.run_in_transaction(
+                work, *args, commit_request_options=self.options, timeout_secs=ABORTED_RETRY_SECONDS,
+                default_retry_delay=random.uniform(*ABORTED_RETRY_DELAY_SECONDS),
+            )
         except gexc.Aborted as e:
             message = f"a transaction on partition metadata table {self.table} kept aborting for {ABORTED_RETRY_SECONDS} s (lock conflicts): {e.message}"
             raise MetadataContentionError(message) from e

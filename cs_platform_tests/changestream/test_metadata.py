@@ -6,6 +6,8 @@ from datetime import timedelta
 
 import pytest
 from google.cloud import spanner
+from google.cloud.spanner_v1 import _helpers as spanner_helpers
+from google.cloud.spanner_v1 import session as spanner_session
 
 from cs_platform.changestream.errors import (
     FencedOffError,
@@ -14,6 +16,7 @@ from cs_platform.changestream.errors import (
     SettingsDriftError,
 )
 from cs_platform.changestream.metadata import (
+    ABORTED_RETRY_DELAY_SECONDS,
     INITIAL_PARTITION_TOKEN,
     ONE_MICROSECOND,
     PartitionMetadataStore,
@@ -273,3 +276,37 @@ def test_a_merge_child_inserted_before_its_other_parent_exists_waits_for_it(stor
     assert {p.token for p in store.schedulable()} == {"a1", "a2"}  # "m" now waits for "a2" itself
     store.record_progress("a2", t2 - ONE_MICROSECOND, finished=True, owner=None)
     assert {p.token for p in store.schedulable()} == {"a1", "m"}
+
+
+def test_racing_readers_retry_an_aborted_metadata_transaction_within_milliseconds(store, monkeypatch):
+    """Sixteen readers take their partitions and persist watermarks at once: the emulator aborts
+    all but one transaction at a time, with no RetryInfo. Each retry waits the store's few
+    milliseconds, not the client's own 2**attempts + random() seconds (what a reader waited for its
+    partition, 2.5 s), and every watermark still ends where its reader left it."""
+    waits = []
+
+    def recorded(exc, deadline, attempts, default_retry_delay=None):
+        waits.append(spanner_helpers._get_retry_delay(exc.errors[0], attempts, default_retry_delay=default_retry_delay))
+        return delay_until_retry(exc, deadline, attempts, default_retry_delay=default_retry_delay)
+
+    delay_until_retry = spanner_session._delay_until_retry
+    monkeypatch.setattr(spanner_session, "_delay_until_retry", recorded)
+    start = utc_now()
+    store.initialize(start, None, 1000)
+    tokens = [f"c{i}" for i in range(16)]
+    store.add_children(children(INITIAL_PARTITION_TOKEN, start + timedelta(seconds=1), *[(t, [INITIAL_PARTITION_TOKEN]) for t in tokens]), None, 1000)
+
+    def read(token: str) -> None:
+        taken = store.take(token, owner=token)
+        for second in range(1, 6):
+            store.record_progress(token, taken.watermark + timedelta(seconds=second), False, owner=token)
+
+    threads = [threading.Thread(target=read, args=(t,)) for t in tokens]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert waits, "no transaction aborted: the readers did not race"
+    assert max(waits) <= ABORTED_RETRY_DELAY_SECONDS[1], sorted(waits)[-5:]
+    reads_from = store.get(tokens[0]).reads_from - ONE_MICROSECOND
+    assert all(store.get(t).watermark == reads_from + timedelta(seconds=5) for t in tokens)
