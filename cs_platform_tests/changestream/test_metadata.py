@@ -284,12 +284,12 @@ def test_racing_readers_retry_an_aborted_metadata_transaction_within_millisecond
     milliseconds, not the client's own 2**attempts + random() seconds (what a reader waited for its
     partition, 2.5 s), and every watermark still ends where its reader left it."""
     waits = []
+    delay_until_retry = spanner_session._delay_until_retry
 
     def recorded(exc, deadline, attempts, default_retry_delay=None):
         waits.append(spanner_helpers._get_retry_delay(exc.errors[0], attempts, default_retry_delay=default_retry_delay))
         return delay_until_retry(exc, deadline, attempts, default_retry_delay=default_retry_delay)
 
-    delay_until_retry = spanner_session._delay_until_retry
     monkeypatch.setattr(spanner_session, "_delay_until_retry", recorded)
     start = utc_now()
     store.initialize(start, None, 1000)

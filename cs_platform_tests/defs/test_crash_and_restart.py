@@ -107,10 +107,10 @@ def step_failures(instance, run_id: str) -> list[str]:
     return [str(e.dagster_event.event_specific_data) for e in instance.all_logs(run_id) if e.dagster_event and e.dagster_event.is_step_failure]
 
 
-def stopped_itself_presumed_dead(instance, run_id: str) -> bool:
-    """True if the run failed because it found itself given up while it still read, not because
-    it was killed."""
-    return any(said in failure for failure in step_failures(instance, run_id) for said in STOPPED_ALIVE)
+def stopped_itself_presumed_dead(failures: list[str]) -> bool:
+    """True if a run with these step failures failed because it found itself given up while it
+    still read, not because it was killed."""
+    return any(said in failure for failure in failures for said in STOPPED_ALIVE)
 
 
 def until_one_not_killed(loop, bank_stream, killed) -> None:
@@ -184,11 +184,11 @@ def test_run_killed_mid_read_loses_nothing(bank_stream, dagster_instance, tmp_pa
     # presumes it dead and it stops itself before its next landing (the fence, as the fencing test
     # proves); such a run is no victim, and no other run may fail.
     failed = dagster_instance.get_run_records(RunsFilter(job_name=JOB, statuses=[DagsterRunStatus.FAILURE]))
-    stopped_alive = [r for r in failed if stopped_itself_presumed_dead(dagster_instance, r.dagster_run.run_id)]
-    failures = {r.dagster_run.tags.get(PARTITION_TAG): step_failures(dagster_instance, r.dagster_run.run_id) for r in failed}
+    failures = {r.dagster_run.run_id: (r.dagster_run.tags.get(PARTITION_TAG), step_failures(dagster_instance, r.dagster_run.run_id)) for r in failed}
+    stopped_alive = [run_id for run_id, (_, said) in failures.items() if stopped_itself_presumed_dead(said)]
     assert len(failed) - len(stopped_alive) == len(victims), (
         f"{len(failed)} failed runs, {len(stopped_alive)} of them stopped while alive, {len(victims)} killed "
-        f"({sorted(p.key for p in victims)}); each failed run's partition and step failures: {failures}"
+        f"({sorted(p.key for p in victims)}); each failed run's partition and step failures: {list(failures.values())}"
     )
     chains = {}
     for read in history:
