@@ -11,6 +11,11 @@ sum with the machine's CPU over the same run. A process that ends during a test 
 the last test's teardown) shows its whole life under "reaped" and its earlier CPU as a negative
 figure under its own part, so the sums stay right.
 
+The same code has used 2,211 and 2,763 busy CPU-seconds in two fresh clones on one machine (every
+part of it, the workers' own Python too, about a quarter more): the machine's own speed moves. So
+the plugin also times a fixed loop of Python in the controller as the session starts and ends
+(``machine_probe_s``, the fastest of three): compare two suites' CPU only with their probes beside it.
+
     .venv/bin/python -m pytest cs_platform_tests -n 3 --dist loadgroup -p bench.suite_cpu   # writes .bench/suite_cpu.tsv (or $SUITE_CPU_TSV)
     .venv/bin/python bench/suite_cpu.py [.bench/suite_cpu.tsv] [--top 15]
 """
@@ -29,6 +34,42 @@ import pytest
 TSV = Path(os.environ.get("SUITE_CPU_TSV", ".bench/suite_cpu.tsv"))
 PARTS = ("python", "jvm", "descendants", "reaped")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PROBE = "probe"  # the worker column of a machine probe's line: when (start, end), then its seconds
+PROBE_LOOPS = 5_000_000
+
+
+def machine_probe() -> float:
+    """CPU seconds of a fixed loop of Python, the fastest of three: how fast this machine runs the
+    suite's kind of work just now (a slower machine, or a busier neighbour, raises it)."""
+    best = float("inf")
+    for _ in range(3):
+        start, total = time.process_time(), 0
+        for i in range(PROBE_LOOPS):
+            total += i * i
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def _write(line: str) -> None:
+    TSV.parent.mkdir(parents=True, exist_ok=True)
+    with TSV.open("a") as out:
+        out.write(line + "\n")
+
+
+def _controller(session: pytest.Session) -> bool:
+    return not hasattr(session.config, "workerinput")  # pytest-xdist gives its workers one
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if _controller(session):
+        _write(f"{PROBE}\tstart\t{machine_probe():.3f}")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest-xdist stopped them
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _controller(session):
+        _write(f"{PROBE}\tend\t{machine_probe():.3f}")
 
 
 def process_stats() -> dict[int, tuple[int, str, float, int]]:
@@ -89,18 +130,22 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     # A process that ended during the test: its whole life is in what the worker reaped, so what it
     # had used before the test comes off its part (a JVM's too: jvm1 no longer holds it).
     descendants = sum(cpu - others0.get(pid, 0.0) for pid, cpu in others1.items()) - sum(cpu for pid, cpu in others0.items() if pid not in others1)
-    TSV.parent.mkdir(parents=True, exist_ok=True)
-    with TSV.open("a") as out:
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        out.write(f"{worker}\t{wall1 - wall0:.1f}\t{own1 - own0:.1f}\t{jvm1 - jvm0:.1f}\t{descendants:.1f}\t{reaped1 - reaped0:.1f}\t{item.nodeid}\n")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    _write(f"{worker}\t{wall1 - wall0:.1f}\t{own1 - own0:.1f}\t{jvm1 - jvm0:.1f}\t{descendants:.1f}\t{reaped1 - reaped0:.1f}\t{item.nodeid}")
 
 
 def report(path: Path, top: int) -> None:
     """``name: value`` lines: the suite's wall and CPU by part, then the tests that used the most."""
-    rows = []
+    rows, probes = [], {}
     for line in path.read_text().splitlines():
+        if line.startswith(PROBE + "\t"):
+            _, when, seconds = line.split("\t")
+            probes[when] = seconds
+            continue
         worker, wall, *cpu, test = line.split("\t")
         rows.append((test, worker, float(wall), dict(zip(PARTS, map(float, cpu)))))
+    if probes:
+        print(f"machine_probe_s: {probes.get('start', '?')} at the start, {probes.get('end', '?')} at the end ({PROBE_LOOPS:,} loops of Python, less is faster)")
     print(f"tests: {len(rows)}")
     print(f"worker_seconds: {sum(r[2] for r in rows):.0f}")
     for part in PARTS:
