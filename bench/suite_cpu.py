@@ -11,10 +11,12 @@ sum with the machine's CPU over the same run. A process that ends during a test 
 the last test's teardown) shows its whole life under "reaped" and its earlier CPU as a negative
 figure under its own part, so the sums stay right.
 
-The same code has used 2,211 and 2,763 busy CPU-seconds in two fresh clones on one machine (every
-part of it, the workers' own Python too, about a quarter more): the machine's own speed moves. So
-the plugin also times a fixed loop of Python in the controller as the session starts and ends
-(``machine_probe_s``, the fastest of three): compare two suites' CPU only with their probes beside it.
+The same code used 2,211, 2,481 and 2,763 busy CPU-seconds in three fresh clones on one machine
+(every part of it, the workers' own Python too): the machine's own speed moves, and most of all
+under load. So the controller also times a fixed loop of Python on a thread of its own
+(``machine_probe_s``): idle before the workers start (the fastest of three), then once a minute
+while they run (the median). The loop's CPU time, not its wall time: waiting for a core does not
+count, a slower core does. Compare two suites' CPU with their loaded probes beside it.
 
     .venv/bin/python -m pytest cs_platform_tests -n 3 --dist loadgroup -p bench.suite_cpu   # writes .bench/suite_cpu.tsv (or $SUITE_CPU_TSV)
     .venv/bin/python bench/suite_cpu.py [.bench/suite_cpu.tsv] [--top 15]
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -34,20 +38,34 @@ import pytest
 TSV = Path(os.environ.get("SUITE_CPU_TSV", ".bench/suite_cpu.tsv"))
 PARTS = ("python", "jvm", "descendants", "reaped")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PROBE = "probe"  # the worker column of a machine probe's line: when (start, end), then its seconds
+PROBE = "probe"  # the worker column of a machine probe's line: idle or loaded, then its seconds
 PROBE_LOOPS = 5_000_000
+PROBE_EVERY_S = 60.0
 
 
 def machine_probe() -> float:
-    """CPU seconds of a fixed loop of Python, the fastest of three: how fast this machine runs the
-    suite's kind of work just now (a slower machine, or a busier neighbour, raises it)."""
-    best = float("inf")
-    for _ in range(3):
-        start, total = time.process_time(), 0
-        for i in range(PROBE_LOOPS):
-            total += i * i
-        best = min(best, time.process_time() - start)
-    return best
+    """CPU seconds of the calling thread over a fixed loop of Python: how fast this machine runs
+    the suite's kind of work just now (a slower machine, or a busier neighbour, raises it)."""
+    start, total = time.thread_time(), 0
+    for i in range(PROBE_LOOPS):
+        total += i * i
+    return time.thread_time() - start
+
+
+class LoadedProbe(threading.Thread):
+    """``machine_probe`` once every ``PROBE_EVERY_S`` until stopped."""
+
+    def __init__(self) -> None:
+        super().__init__(name="machine-probe", daemon=True)
+        self.seconds: list[float] = []
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(PROBE_EVERY_S):
+            self.seconds.append(machine_probe())
+
+
+_loaded: LoadedProbe | None = None
 
 
 def _write(line: str) -> None:
@@ -62,14 +80,20 @@ def _controller(session: pytest.Session) -> bool:
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist starts its workers
 def pytest_sessionstart(session: pytest.Session) -> None:
+    global _loaded
     if _controller(session):
-        _write(f"{PROBE}\tstart\t{machine_probe():.3f}")
+        _write(f"{PROBE}\tidle\t{min(machine_probe() for _ in range(3)):.3f}")
+        _loaded = LoadedProbe()
+        _loaded.start()
 
 
 @pytest.hookimpl(trylast=True)  # after pytest-xdist stopped them
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _controller(session):
-        _write(f"{PROBE}\tend\t{machine_probe():.3f}")
+    if _loaded is not None:
+        _loaded.stopped.set()
+        _loaded.join()
+        if _loaded.seconds:
+            _write(f"{PROBE}\tloaded\t{statistics.median(_loaded.seconds):.3f}\t{len(_loaded.seconds)}")
 
 
 def process_stats() -> dict[int, tuple[int, str, float, int]]:
@@ -139,13 +163,13 @@ def report(path: Path, top: int) -> None:
     rows, probes = [], {}
     for line in path.read_text().splitlines():
         if line.startswith(PROBE + "\t"):
-            _, when, seconds = line.split("\t")
-            probes[when] = seconds
+            _, when, seconds, *times = line.split("\t")
+            probes[when] = f"{seconds} s" + (f" (the median of {times[0]})" if times else "")
             continue
         worker, wall, *cpu, test = line.split("\t")
         rows.append((test, worker, float(wall), dict(zip(PARTS, map(float, cpu)))))
     if probes:
-        print(f"machine_probe_s: {probes.get('start', '?')} at the start, {probes.get('end', '?')} at the end ({PROBE_LOOPS:,} loops of Python, less is faster)")
+        print(f"machine_probe_s: {probes.get('idle', '?')} idle, {probes.get('loaded', '?')} while the tests ran ({PROBE_LOOPS:,} loops of Python, less is faster)")
     print(f"tests: {len(rows)}")
     print(f"worker_seconds: {sum(r[2] for r in rows):.0f}")
     for part in PARTS:
