@@ -11,12 +11,13 @@ sum with the machine's CPU over the same run. A process that ends during a test 
 the last test's teardown) shows its whole life under "reaped" and its earlier CPU as a negative
 figure under its own part, so the sums stay right.
 
-The same code used 2,211, 2,481 and 2,763 busy CPU-seconds in three fresh clones on one machine
-(every part of it, the workers' own Python too): the machine's own speed moves, and most of all
-under load. So the controller also times a fixed loop of Python on a thread of its own
-(``machine_probe_s``): idle before the workers start (the fastest of three), then once a minute
-while they run (the median). The loop's CPU time, not its wall time: waiting for a core does not
-count, a slower core does. Compare two suites' CPU with their loaded probes beside it.
+Fresh clones of the same code on one machine used up to a quarter more CPU one run than another,
+every part of it, the workers' own Python too (docs/benchmarks.md, "The same tests, one machine,
+four fresh clones a fifth apart"): the machine's own speed moves. So the controller also times a
+fixed loop of Python on a thread of its own (``machine_probe_s``): idle before the workers start
+(the fastest of three), then once a minute while they run (the median). The loop's CPU time, not
+its wall time: waiting for a core does not count, a slower core does. Compare two suites' CPU with
+their loaded probes beside it.
 
     .venv/bin/python -m pytest cs_platform_tests -n 3 --dist loadgroup -p bench.suite_cpu   # writes .bench/suite_cpu.tsv (or $SUITE_CPU_TSV)
     .venv/bin/python bench/suite_cpu.py [.bench/suite_cpu.tsv] [--top 15]

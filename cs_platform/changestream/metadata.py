@@ -265,10 +265,10 @@ class PartitionMetadataStore:
     def _in_transaction(self, work, *args):
         # Spanner aborts a read-write transaction that loses a lock conflict; the client retries it,
         # after the RetryInfo's delay or ABORTED_RETRY_DELAY_SECONDS, until ``timeout_secs`` (30 s by
-        # default), then raises Aborted. Metadata
-        # transactions are small and conflict mostly with each other, when many readers take or
-        # finish partitions at once: at a load of 12 on two cores the emulator (one transaction at a
-        # time) kept aborting a take for more than 30 s and the read failed. They keep retrying longer.
+        # default), then raises Aborted. Metadata transactions are small and conflict mostly with each
+        # other, when many readers take or finish partitions at once: at a load of 12 on two cores the
+        # emulator (one transaction at a time) kept aborting a take for more than 30 s and the read
+        # failed. They keep retrying longer.
         try:
             return self.database.run_in_transaction(
                 work, *args, commit_request_options=self.options, timeout_secs=ABORTED_RETRY_SECONDS,
