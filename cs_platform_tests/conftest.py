@@ -165,13 +165,20 @@ def gcs_endpoint(tmp_path_factory) -> Iterator[str]:
         yield endpoint
 
 
+@dataclass(frozen=True)
+class ConnectServer:
+    remote: str  # sc://127.0.0.1:<port>
+    log: Path  # its JVM's output
+
+
 @pytest.fixture(scope="session")
-def spark_connect_remote(tmp_path_factory) -> Iterator[str]:
+def spark_connect(tmp_path_factory) -> Iterator[ConnectServer]:
     """One Spark Connect server, as ``make dev`` starts it, for the tests that are its clients: they
     share the xdist group ``processes``, so one worker starts it once (a server's start and warm-up
     cost about as much CPU as the cuts a test then runs on it)."""
-    with spark_connect_server(tmp_path_factory.mktemp("spark-connect") / "spark-connect.log") as remote:
-        yield remote
+    log = tmp_path_factory.mktemp("spark-connect") / "spark-connect.log"
+    with spark_connect_server(log) as remote:
+        yield ConnectServer(remote, log)
 
 
 @pytest.fixture

@@ -65,7 +65,7 @@ def serving(url: str) -> bool:
 
 @pytest.mark.heavy
 @pytest.mark.xdist_group("processes")
-def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark_connect_remote):
+def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark_connect):
     # What `make dev` runs: its own emulator, the bank, its dagster.yaml, and a Spark Connect server
     # for the lake runs (the session's, as make dev starts one). Its partitions live 60 s, not make
     # dev's 20: a reader run must land twice for its page to show each landing, and at a load of 8 per
@@ -74,7 +74,7 @@ def test_dagster_dev_advances_the_lake_on_its_own_and_shows_it(tmp_path, spark_c
     with embedded_bank(tmp_path, partition_alive_seconds=60) as bank:
         start = utc_now()
         os.environ.update(
-            CS_PLATFORM_SPARK_REMOTE=spark_connect_remote, CS_PLATFORM_START_TIMESTAMP=start.isoformat(), **DEV_SETTINGS,
+            CS_PLATFORM_SPARK_REMOTE=spark_connect.remote, CS_PLATFORM_START_TIMESTAMP=start.isoformat(), **DEV_SETTINGS,
             # The hourly maintenance pass waits for, and holds up, lake runs: schedule it half an hour
             # away, so it never falls inside the cuts this test counts (test_maintenance covers it).
             CS_PLATFORM_LAKE_MAINTENANCE_CRON=f"{(start.minute + 30) % 60} * * * *",

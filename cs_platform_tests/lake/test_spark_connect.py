@@ -1,6 +1,7 @@
 """The lake on a Spark Connect server (what `make dev` and lake runs under `dagster dev` use): the
-cut tests run again as a client of a real server started from the installed pyspark, east of UTC;
-and a server that is not there is reported within seconds, naming the setting."""
+cut tests run again as a client of a real server started from the installed pyspark, east of UTC,
+and the server logs no more than its warnings and errors; a server that is not there is reported
+within seconds, naming the setting."""
 
 import os
 import subprocess
@@ -18,8 +19,8 @@ CUT_TESTS = Path(__file__).with_name("test_stream_lake.py")
 
 @pytest.mark.heavy
 @pytest.mark.xdist_group("processes")  # with test_dagster_ui: one server for both
-def test_the_cut_tests_pass_on_a_spark_connect_server(spark_connect_remote):
-    env = {**os.environ, REMOTE_SETTING: spark_connect_remote}
+def test_the_cut_tests_pass_on_a_spark_connect_server(spark_connect):
+    env = {**os.environ, REMOTE_SETTING: spark_connect.remote}
     result = subprocess.run(
         # East of UTC only (with DST): a client that read naive datetimes as UTC fails there as
         # it would west of it, and the in-process runs of these tests cover both. The two whose
@@ -31,6 +32,11 @@ def test_the_cut_tests_pass_on_a_spark_connect_server(spark_connect_remote):
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
     assert "2 passed" in result.stdout and " failed" not in result.stdout
+    # The server logs warnings and errors, not each request, job and task it ran for these cuts.
+    logged = spark_connect.log.read_text(errors="replace")
+    assert "Setting Spark log level to \"WARN\"" in logged, logged[-3000:]
+    chatter = [line for line in logged.splitlines() if " INFO DAGScheduler" in line or " INFO SessionHolder" in line]
+    assert not chatter, chatter[:5]
 
 
 @pytest.mark.parametrize("key, setting, url", [("spark.remote", REMOTE_SETTING, "sc"), ("spark.master", MASTER_SETTING, "spark")])
