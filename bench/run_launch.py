@@ -18,12 +18,16 @@ its end: what grows with runs; the reads themselves are a small part on this idl
 ``daemon_cpu_s_per_run_<launcher>`` and ``code_server_tree_cpu_s_per_run_<launcher>`` (of it, the
 daemon's ticks and the code server's sensor evaluations, which do not grow with runs, and under the
 default launcher the runs),
+With ``--storage postgres`` the instance keeps runs and events on a PostgreSQL server of its own
+(``dev.stack.dagster_yaml``, as ``make stack`` and production do) instead of ``make dev``'s SQLite,
+the server's processes are sampled too (``postgres_cpu_s_per_run_<launcher>``, also in the launch
+figure), and each figure's name ends in ``_postgres``.
 ``pss_mb_per_reader_run_<launcher>`` (the median of each run process's peak PSS; warm: of the
 worker processes that ran a run) and ``rss_mb_per_reader_run_<launcher>`` (its RSS: what a run
 holds with nothing shared, as in a pod of its own), ``workers_pss_mb`` (the warm parent and its worker processes
 together, at their peak; ``workers_parent_pss_mb`` the parent alone), and ``launch_cpu_warm_over_default``, with the load average.
 
-    .venv/bin/python bench/run_launch.py [--window 120 --soft-timeout 5 --only default|warm]
+    .venv/bin/python bench/run_launch.py [--window 120 --soft-timeout 5 --only default|warm --storage sqlite|postgres]
 """
 
 from __future__ import annotations
@@ -47,9 +51,11 @@ from cs_platform.dev.code_server import code_server
 from cs_platform.dev.dagster_dev import REPO
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import embedded_bank
+from cs_platform.dev.postgres import postgres_server
 from cs_platform.dev.process_group import launch, stop_process_group
 from cs_platform.dev.run_workers import run_workers
 from cs_platform.dev.serve import DEV_SETTINGS
+from cs_platform.dev.stack import dagster_yaml
 from cs_platform.dev.workload import BankWorkload
 from process_tree import TreeSampler  # its sibling: this runs as a script from bench/
 
@@ -61,9 +67,27 @@ def ended_reader_runs(instance: DagsterInstance) -> int:
     return instance.get_runs_count(RunsFilter(job_name=READER_JOB, statuses=[DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED]))
 
 
+def postmaster_pid(url: str) -> int:
+    """The PID of the PostgreSQL server listening on ``url``'s port (its backends are its children)."""
+    port = url.rsplit(":", 1)[1].split("/", 1)[0]
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
+            continue
+        if argv and argv[0].endswith(b"/postgres") and b"-p" in argv and argv[argv.index(b"-p") + 1] == port.encode():
+            return int(entry.name)
+    raise RuntimeError(f"no PostgreSQL server listens on port {port}")
+
+
 def measure(launcher: str, args, work: Path) -> dict[str, float]:
     with contextlib.ExitStack() as stack:
         bank = stack.enter_context(embedded_bank(work / launcher, partition_alive_seconds=args.partition_seconds))
+        postgres = None
+        if args.storage == "postgres":
+            url = stack.enter_context(postgres_server(work / launcher))
+            (bank.dagster_home / "dagster.yaml").write_text(dagster_yaml(url))
+            postgres = postmaster_pid(url)
         os.environ.update(DEV_SETTINGS, CS_PLATFORM_SOFT_TIMEOUT_SECONDS=str(args.soft_timeout), CS_PLATFORM_START_TIMESTAMP=utc_now().isoformat())
         workload, stop_writing = BankWorkload(bank.bank), threading.Event()
         writer = threading.Thread(target=workload.run_until, args=(utc_now() + timedelta(hours=1), args.writes_per_second, 20, stop_writing), daemon=True)
@@ -79,7 +103,8 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
         stack.callback(stop_process_group, daemon)
         with DagsterInstance.get() as instance:
             wait_until(lambda: ended_reader_runs(instance) >= 1, 300, f"{launcher}: a reader run's end", poll_s=0.5)
-            sampler = TreeSampler([daemon.pid, server.process.pid] + ([workers.process.pid] if workers else []))
+            roots = [daemon.pid, server.process.pid] + ([workers.process.pid] if workers else []) + ([postgres] if postgres else [])
+            sampler = TreeSampler(roots)
             thread = threading.Thread(target=sampler.run, daemon=True)
             ended_before = ended_reader_runs(instance)
             thread.start()
@@ -90,10 +115,12 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
         if workers:  # the worker processes that ran a run: the warm parent's children that used CPU
             run_processes = [key for key, parent in sampler.parents.items() if parent == workers.process.pid and sampler.last[key] > 0.5]
         else:  # the runs the code server spawned: the children of the process it loads the code in
-            long_lived = {daemon.pid, server.process.pid}
+            long_lived = {daemon.pid, server.process.pid, postgres}
             run_processes = [key for key in sampler.parents if sampler.last[key] - sampler.first[key] > 0.5 and sampler.parents[key] not in long_lived]
         pss = [sampler.peak_pss[key] for key in run_processes if key in sampler.peak_pss]
         rss = [sampler.peak_rss[key] for key in run_processes if key in sampler.peak_rss]
+        if postgres:
+            launcher = f"{launcher}_postgres"
         figures = {
             f"reader_runs_{launcher}": runs,
             f"launch_cpu_s_per_run_{launcher}": sampler.cpu_s() / max(runs, 1),
@@ -101,6 +128,7 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
             f"daemon_cpu_s_per_run_{launcher}": sampler.cpu_s(daemon.pid) / max(runs, 1),
             # The code server: its sensor evaluations; under the default launcher the runs it spawns too.
             f"code_server_tree_cpu_s_per_run_{launcher}": sampler.cpu_s(server.process.pid) / max(runs, 1),
+            **({f"postgres_cpu_s_per_run_{launcher}": sampler.cpu_s(postgres) / max(runs, 1)} if postgres else {}),
             f"pss_mb_per_reader_run_{launcher}": statistics.median(pss) if pss else float("nan"),
             # What a run process holds with nothing shared: what a pod of its own needs (K8sRunLauncher).
             f"rss_mb_per_reader_run_{launcher}": statistics.median(rss) if rss else float("nan"),
@@ -121,6 +149,8 @@ def main() -> None:
     parser.add_argument("--partition-seconds", type=int, default=20)
     parser.add_argument("--writes-per-second", type=float, default=5)
     parser.add_argument("--only", choices=("default", "warm"))
+    parser.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the instance's run and event storage: make dev's SQLite, or PostgreSQL as in production")
     parser.add_argument("--workdir", type=Path, default=Path(".bench/run_launch"))
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped (timeout, kill), it stops what it started
@@ -129,7 +159,8 @@ def main() -> None:
         if args.only in (None, launcher):
             results.update(measure(launcher, args, args.workdir))
     if not args.only:
-        print(f"launch_cpu_warm_over_default: {results['launch_cpu_s_per_run_warm'] / results['launch_cpu_s_per_run_default']:.2f}")
+        suffix = "_postgres" if args.storage == "postgres" else ""
+        print(f"launch_cpu_warm_over_default{suffix}: {results[f'launch_cpu_s_per_run_warm{suffix}'] / results[f'launch_cpu_s_per_run_default{suffix}']:.2f}")
     print(f"load_average: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

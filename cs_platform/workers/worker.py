@@ -15,7 +15,7 @@ process's environment once: a worker serves the code it started with, so after c
 code or its settings, restart the workers with the code location (a Kubernetes Deployment rolls
 them; docs/production.md).
 
-    cs-platform-run-worker [--concurrency N] [--code-location cs_platform.definitions]
+    cs-platform-run-worker [--concurrency N] [--code-location cs_platform.definitions] [--connections held|per-statement]
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def reader_launcher(instance: DagsterInstance) -> ReaderRunLauncher:
     return launcher
 
 
-def register_run_task(app: Celery) -> None:
+def register_run_task(app: Celery, hold_connections: bool = True) -> None:
     """The task the launcher sends (``dagster-celery``'s name and arguments), executed as
     ``dagster api execute_run`` executes a run: inside ``capture_interrupts``, which takes SIGTERM
     and SIGINT for an interruption of the run. A termination that comes before the reader's step
@@ -75,18 +75,35 @@ def register_run_task(app: Celery) -> None:
         args = unpack_value(execute_job_args_packed, as_type=ExecuteRunArgs)
         with capture_interrupts():
             return _execute_run_command_body(
-                instance=process_instance(), run_id=args.run_id, write_stream_fn=lambda _event: None, set_exit_code_on_failure=True
+                instance=process_instance(hold_connections), run_id=args.run_id, write_stream_fn=lambda _event: None, set_exit_code_on_failure=True
             )
 
 
+# How a worker process holds its storage's connections when asked to (dagster-webserver's defaults,
+# but no statement timeout: a run's writes get none by default either).
+HELD = {"statement_timeout": 0, "pool_recycle": 3600, "max_overflow": 20}
+
+
 @functools.cache
-def process_instance() -> DagsterInstance:
+def process_instance(hold_connections: bool = True) -> DagsterInstance:
     """The worker process's instance, made at its first run and kept for the next ones, as the
     daemon and the webserver keep theirs: made per run, it cost a tenth of a run's CPU (and on
     SQLite, make dev's storage, a fifth more: each new instance checks the storage's schema).
     Made after the fork, never in the parent, so no worker process shares another's connections;
-    the process's end closes it."""
-    return DagsterInstance.get()
+    the process's end closes it.
+
+    ``hold_connections``: its run and event storages keep one open connection each between
+    statements, as dagster-webserver's do (``optimize_for_webserver``; a no-op on SQLite).
+    dagster-postgres otherwise connects anew for every statement: in a profile of warm reader runs
+    on PostgreSQL, a quarter of a worker process's CPU was psycopg2 connecting, and the server
+    started a backend each time (docs/benchmarks.md, "Warm run workers"). The price is two
+    connections per worker process that stay open (``--connections per-statement`` for a server
+    with few to spare)."""
+    instance = DagsterInstance.get()
+    if hold_connections:
+        instance.event_log_storage.optimize_for_webserver(**HELD)
+        instance.run_storage.optimize_for_webserver(**HELD)
+    return instance
 
 
 def warm_up(code_location: str) -> None:
@@ -171,6 +188,9 @@ def serve(argv: Sequence[str] | None) -> int:
                         help="worker processes, each one run at a time (default: CS_PLATFORM_MAX_PARALLEL_READS)")
     parser.add_argument("--code-location", default="cs_platform.definitions", help="the module the code location loads from")
     parser.add_argument("--max-runs-per-process", type=int, default=100)
+    parser.add_argument("--connections", choices=("held", "per-statement"), default="held",
+                        help="each worker process keeps one open connection to the run and to the event storage (held), "
+                        "or connects for each statement as Dagster does by default (per-statement: fewer connections, more CPU)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # each run's instance checks its schema: not news
@@ -178,7 +198,7 @@ def serve(argv: Sequence[str] | None) -> int:
     with DagsterInstance.get() as instance:  # imports the instance's storage here, once
         launcher = reader_launcher(instance)
         app, queue = launcher.celery, launcher.queue
-    register_run_task(app)
+    register_run_task(app, hold_connections=args.connections == "held")
     drain_on_shutdown()
     warm_up(args.code_location)
     freeze_before_each_fork()

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+import sqlalchemy
 from dagster import DagsterEvent, DagsterEventType, DagsterInstance, DagsterRunStatus, EventLogEntry, job, reconstructable
 from dagster._core.errors import DagsterInvalidConfigError
 from dagster._core.launcher import LaunchRunContext, WorkerStatus
@@ -17,10 +18,12 @@ from dagster_celery.tags import DAGSTER_CELERY_TASK_ID_TAG
 
 from cs_platform.defs.tags import READER_TAG
 from cs_platform.dev.embedded import instance_yaml
+from cs_platform.dev.postgres import postgres_server
 from cs_platform.dev.redis import redis_server
 from cs_platform.dev.run_workers import BROKER_SETTING, use_run_workers
+from cs_platform.dev.stack import dagster_yaml
 from cs_platform.workers.launcher import QUEUE, ReaderRunLauncher, report_termination
-from cs_platform.workers.worker import WorkerSetupError, reader_launcher
+from cs_platform.workers.worker import WorkerSetupError, process_instance, reader_launcher
 
 
 @job
@@ -159,3 +162,29 @@ def test_the_warm_parent_freezes_what_it_holds_before_each_fork():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     frozen, left_to_the_collector = map(int, done.stdout.split())
     assert frozen > 1000 and left_to_the_collector < 10, done.stdout
+
+
+def test_a_worker_process_holds_its_storage_connections_on_postgres_unless_told_not_to(tmp_path, monkeypatch):
+    """On PostgreSQL (production's storage), a worker process's instance keeps one connection to its
+    event storage between a run's events, where dagster-postgres connects anew for each; with
+    ``--connections per-statement`` it connects for each, as Dagster does by default."""
+    home = tmp_path / "home"
+    home.mkdir()
+    with postgres_server(tmp_path) as url:
+        (home / "dagster.yaml").write_text(dagster_yaml(url))
+        monkeypatch.setenv("DAGSTER_HOME", str(home))
+        opened = {}
+        for hold in (True, False):
+            process_instance.cache_clear()
+            instance = process_instance(hold)
+            try:
+                connects = []
+                sqlalchemy.event.listen(instance.event_log_storage._engine, "connect", lambda *_: connects.append(1))
+                run = create_run_for_test(instance, job_name=a_job.name)
+                for n in range(20):
+                    instance.report_engine_event(f"event {n}", run)
+                opened[hold] = len(connects)
+            finally:
+                instance.dispose()
+        process_instance.cache_clear()
+    assert opened == {True: 1, False: 20}
