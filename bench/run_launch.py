@@ -58,9 +58,11 @@ from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.stack import dagster_yaml
 from cs_platform.dev.workload import BankWorkload
 from process_tree import TreeSampler  # its sibling: this runs as a script from bench/
+from suite_cpu import command_line, process_stats
 
 READER_JOB = "bank_stream_read_partition"
 LAKE_SENSOR = "bank_stream_lake_sensor"
+STORAGE_SUFFIX = {"sqlite": "", "postgres": "_postgres"}  # what each figure's name ends in
 
 
 def ended_reader_runs(instance: DagsterInstance) -> int:
@@ -70,13 +72,9 @@ def ended_reader_runs(instance: DagsterInstance) -> int:
 def postmaster_pid(url: str) -> int:
     """The PID of the PostgreSQL server listening on ``url``'s port (its backends are its children)."""
     port = url.rsplit(":", 1)[1].split("/", 1)[0]
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
-            continue
-        if argv and argv[0].endswith(b"/postgres") and b"-p" in argv and argv[argv.index(b"-p") + 1] == port.encode():
-            return int(entry.name)
+    for pid, (_parent, name, _cpu, _start) in process_stats().items():
+        if name == "postgres" and f" -p {port} " in f"{command_line(pid)} ":  # backends rename themselves
+            return pid
     raise RuntimeError(f"no PostgreSQL server listens on port {port}")
 
 
@@ -115,12 +113,11 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
         if workers:  # the worker processes that ran a run: the warm parent's children that used CPU
             run_processes = [key for key, parent in sampler.parents.items() if parent == workers.process.pid and sampler.last[key] > 0.5]
         else:  # the runs the code server spawned: the children of the process it loads the code in
-            long_lived = {daemon.pid, server.process.pid, postgres}
+            long_lived = set(roots)
             run_processes = [key for key in sampler.parents if sampler.last[key] - sampler.first[key] > 0.5 and sampler.parents[key] not in long_lived]
         pss = [sampler.peak_pss[key] for key in run_processes if key in sampler.peak_pss]
         rss = [sampler.peak_rss[key] for key in run_processes if key in sampler.peak_rss]
-        if postgres:
-            launcher = f"{launcher}_postgres"
+        launcher += STORAGE_SUFFIX[args.storage]
         figures = {
             f"reader_runs_{launcher}": runs,
             f"launch_cpu_s_per_run_{launcher}": sampler.cpu_s() / max(runs, 1),
@@ -159,7 +156,7 @@ def main() -> None:
         if args.only in (None, launcher):
             results.update(measure(launcher, args, args.workdir))
     if not args.only:
-        suffix = "_postgres" if args.storage == "postgres" else ""
+        suffix = STORAGE_SUFFIX[args.storage]
         print(f"launch_cpu_warm_over_default{suffix}: {results[f'launch_cpu_s_per_run_warm{suffix}'] / results[f'launch_cpu_s_per_run_default{suffix}']:.2f}")
     print(f"load_average: {' / '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
