@@ -17,7 +17,8 @@ four fresh clones a fifth apart"): the machine's own speed moves. So the control
 fixed loop of Python on a thread of its own (``machine_probe_s``): idle before the workers start
 (the fastest of three), then once a minute while they run (the median). The loop's CPU time, not
 its wall time: waiting for a core does not count, a slower core does. Compare two suites' CPU with
-their loaded probes beside it.
+their loaded probes beside it, knowing that the probe misses what slows memory-bound work (see
+``machine_probe``).
 
     .venv/bin/python -m pytest cs_platform_tests -n 3 --dist loadgroup -p bench.suite_cpu   # writes .bench/suite_cpu.tsv (or $SUITE_CPU_TSV)
     .venv/bin/python bench/suite_cpu.py [.bench/suite_cpu.tsv] [--top 15]
@@ -45,8 +46,10 @@ PROBE_EVERY_S = 60.0
 
 
 def machine_probe() -> float:
-    """CPU seconds of the calling thread over a fixed loop of Python: how fast this machine runs
-    the suite's kind of work just now (a slower machine, or a busier neighbour, raises it)."""
+    """CPU seconds of the calling thread over a fixed loop of Python: how fast a core runs plain
+    Python just now (a slower core raises it). A loop that stays in the core's cache does not see
+    what slows the suite's memory-bound work: a clone that used 10 % more CPU read the same
+    (docs/benchmarks.md, "Two more fresh clones, and what the probe misses")."""
     start, total = time.thread_time(), 0
     for i in range(PROBE_LOOPS):
         total += i * i
