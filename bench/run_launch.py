@@ -21,13 +21,16 @@ default launcher the runs),
 With ``--storage postgres`` the instance keeps runs and events on a PostgreSQL server of its own
 (``dev.stack.dagster_yaml``, as ``make stack`` and production do) instead of ``make dev``'s SQLite,
 the server's processes are sampled too (``postgres_cpu_s_per_run_<launcher>``, also in the launch
-figure), and each figure's name ends in ``_postgres``.
+figure), the connections it accepted are counted (``postgres_sessions_per_run_<launcher>``), and
+each figure's name ends in ``_postgres``; ``--storage dagster-postgres`` does the same with
+dagster-postgres's own storage (a connection per statement; what Dagster's Helm chart writes), its
+figures ending in ``_dagster_postgres``.
 ``pss_mb_per_reader_run_<launcher>`` (the median of each run process's peak PSS; warm: of the
 worker processes that ran a run) and ``rss_mb_per_reader_run_<launcher>`` (its RSS: what a run
 holds with nothing shared, as in a pod of its own), ``workers_pss_mb`` (the warm parent and its worker processes
 together, at their peak; ``workers_parent_pss_mb`` the parent alone), and ``launch_cpu_warm_over_default``, with the load average.
 
-    .venv/bin/python bench/run_launch.py [--window 120 --soft-timeout 5 --only default|warm --storage sqlite|postgres]
+    .venv/bin/python bench/run_launch.py [--window 120 --soft-timeout 5 --only default|warm --storage sqlite|postgres|dagster-postgres]
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import sqlalchemy
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from cs_platform.changestream.metadata import utc_now
@@ -62,7 +66,9 @@ from suite_cpu import command_line, process_stats
 
 READER_JOB = "bank_stream_read_partition"
 LAKE_SENSOR = "bank_stream_lake_sensor"
-STORAGE_SUFFIX = {"sqlite": "", "postgres": "_postgres"}  # what each figure's name ends in
+STORAGE_SUFFIX = {"sqlite": "", "postgres": "_postgres", "dagster-postgres": "_dagster_postgres"}  # what each figure's name ends in
+# PostgreSQL with cs_platform's storage (connections held) or dagster-postgres's own (one a statement)
+HELD_CONNECTIONS = {"postgres": 2, "dagster-postgres": None}
 
 
 def ended_reader_runs(instance: DagsterInstance) -> int:
@@ -78,13 +84,23 @@ def postmaster_pid(url: str) -> int:
     raise RuntimeError(f"no PostgreSQL server listens on port {port}")
 
 
+def sessions(url: str) -> int:
+    """The connections the server has accepted in its database since it started (PostgreSQL 14+)."""
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sqlalchemy.text("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")).scalar_one()
+    finally:
+        engine.dispose()
+
+
 def measure(launcher: str, args, work: Path) -> dict[str, float]:
     with contextlib.ExitStack() as stack:
         bank = stack.enter_context(embedded_bank(work / launcher, partition_alive_seconds=args.partition_seconds))
         postgres = None
-        if args.storage == "postgres":
+        if args.storage in HELD_CONNECTIONS:
             url = stack.enter_context(postgres_server(work / launcher))
-            (bank.dagster_home / "dagster.yaml").write_text(dagster_yaml(url))
+            (bank.dagster_home / "dagster.yaml").write_text(dagster_yaml(url, HELD_CONNECTIONS[args.storage]))
             postgres = postmaster_pid(url)
         os.environ.update(DEV_SETTINGS, CS_PLATFORM_SOFT_TIMEOUT_SECONDS=str(args.soft_timeout), CS_PLATFORM_START_TIMESTAMP=utc_now().isoformat())
         workload, stop_writing = BankWorkload(bank.bank), threading.Event()
@@ -104,12 +120,13 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
             roots = [daemon.pid, server.process.pid] + ([workers.process.pid] if workers else []) + ([postgres] if postgres else [])
             sampler = TreeSampler(roots)
             thread = threading.Thread(target=sampler.run, daemon=True)
-            ended_before = ended_reader_runs(instance)
+            ended_before, sessions_before = ended_reader_runs(instance), sessions(url) if postgres else 0
             thread.start()
             time.sleep(args.window)
             sampler.stop.set()
             thread.join()
             runs = ended_reader_runs(instance) - ended_before
+            opened = sessions(url) - sessions_before if postgres else 0
         if workers:  # the worker processes that ran a run: the warm parent's children that used CPU
             run_processes = [key for key, parent in sampler.parents.items() if parent == workers.process.pid and sampler.last[key] > 0.5]
         else:  # the runs the code server spawned: the children of the process it loads the code in
@@ -125,7 +142,11 @@ def measure(launcher: str, args, work: Path) -> dict[str, float]:
             f"daemon_cpu_s_per_run_{launcher}": sampler.cpu_s(daemon.pid) / max(runs, 1),
             # The code server: its sensor evaluations; under the default launcher the runs it spawns too.
             f"code_server_tree_cpu_s_per_run_{launcher}": sampler.cpu_s(server.process.pid) / max(runs, 1),
-            **({f"postgres_cpu_s_per_run_{launcher}": sampler.cpu_s(postgres) / max(runs, 1)} if postgres else {}),
+            **({
+                f"postgres_cpu_s_per_run_{launcher}": sampler.cpu_s(postgres) / max(runs, 1),
+                # Connections the server accepted (a backend process each), from every process.
+                f"postgres_sessions_per_run_{launcher}": opened / max(runs, 1),
+            } if postgres else {}),
             f"pss_mb_per_reader_run_{launcher}": statistics.median(pss) if pss else float("nan"),
             # What a run process holds with nothing shared: what a pod of its own needs (K8sRunLauncher).
             f"rss_mb_per_reader_run_{launcher}": statistics.median(rss) if rss else float("nan"),
@@ -146,8 +167,9 @@ def main() -> None:
     parser.add_argument("--partition-seconds", type=int, default=20)
     parser.add_argument("--writes-per-second", type=float, default=5)
     parser.add_argument("--only", choices=("default", "warm"))
-    parser.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite",
-                        help="the instance's run and event storage: make dev's SQLite, or PostgreSQL as in production")
+    parser.add_argument("--storage", choices=tuple(STORAGE_SUFFIX), default="sqlite",
+                        help="the instance's storage: make dev's SQLite, or PostgreSQL as in production, with cs_platform's "
+                        "storage (connections held, make stack's) or dagster-postgres's own (a connection per statement, the Helm chart's)")
     parser.add_argument("--workdir", type=Path, default=Path(".bench/run_launch"))
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped (timeout, kill), it stops what it started

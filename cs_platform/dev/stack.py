@@ -103,9 +103,17 @@ class Stack:
         return f"gs://{BUCKET}/lake"
 
 
-def dagster_yaml(postgres_url: str) -> str:
-    """make dev's instance settings, with every storage (runs, events, schedules) on PostgreSQL."""
-    return f"{instance_yaml()}storage:\n  postgres:\n    postgres_url: {postgres_url}\n"
+def dagster_yaml(postgres_url: str, held_connections: int | None = 2) -> str:
+    """make dev's instance settings, with every storage (runs, events, schedules) on PostgreSQL:
+    cs_platform's storage holding ``held_connections`` connections per process
+    (cs_platform.workers.postgres_storage), or with None dagster-postgres's own (``storage: postgres:``,
+    what Dagster's Helm chart writes)."""
+    if held_connections is None:
+        return f"{instance_yaml()}storage:\n  postgres:\n    postgres_url: {postgres_url}\n"
+    return (
+        f"{instance_yaml()}storage:\n  custom:\n    module: cs_platform.workers.postgres_storage\n    class: HeldPostgresStorage\n"
+        f"    config:\n      postgres_url: {postgres_url}\n      held_connections: {held_connections}\n"
+    )
 
 
 @contextmanager

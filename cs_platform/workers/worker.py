@@ -98,9 +98,12 @@ def process_instance(hold_connections: bool = True) -> DagsterInstance:
     on PostgreSQL, a quarter of a worker process's CPU was psycopg2 connecting, and the server
     started a backend each time (docs/benchmarks.md, "Warm run workers"). The price is two
     connections per worker process that stay open (``--connections per-statement`` for a server
-    with few to spare)."""
+    with few to spare). On cs_platform's own storage (:mod:`cs_platform.workers.postgres_storage`,
+    ``make stack``'s) its ``held_connections`` decides instead, for every process alike: this is
+    for dagster-postgres's own storage, which Dagster's Helm chart writes."""
     instance = DagsterInstance.get()
-    if hold_connections:
+    # By module, not isinstance: importing dagster-postgres (35 MB) into every parent, on SQLite too, to ask.
+    if hold_connections and type(instance.run_storage).__module__.startswith("dagster_postgres."):
         instance.event_log_storage.optimize_for_webserver(**HELD)
         instance.run_storage.optimize_for_webserver(**HELD)
     return instance

@@ -165,13 +165,14 @@ def test_the_warm_parent_freezes_what_it_holds_before_each_fork():
 
 
 def test_a_worker_process_holds_its_storage_connections_on_postgres_unless_told_not_to(tmp_path, monkeypatch):
-    """On PostgreSQL (production's storage), a worker process's instance keeps one connection to its
-    event storage between a run's events, where dagster-postgres connects anew for each; with
-    ``--connections per-statement`` it connects for each, as Dagster does by default."""
+    """On dagster-postgres's own storage (what Dagster's Helm chart writes), a worker process's
+    instance keeps one connection to its event storage between a run's events, where
+    dagster-postgres connects anew for each; with ``--connections per-statement`` it connects for
+    each, as Dagster does by default. (cs_platform's storage holds them itself: test_postgres_storage.py.)"""
     home = tmp_path / "home"
     home.mkdir()
     with postgres_server(tmp_path) as url:
-        (home / "dagster.yaml").write_text(dagster_yaml(url))
+        (home / "dagster.yaml").write_text(dagster_yaml(url, held_connections=None))
         monkeypatch.setenv("DAGSTER_HOME", str(home))
         opened = {}
         for hold in (True, False):
