@@ -55,6 +55,7 @@ from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.landing.store import LandingStore
 from cs_platform.storage.location import Location
+from cs_platform_tests.lake.killed import stopping_after, write_marker
 
 SENSOR = "bank_stream_partition_sensor"
 JOB = "bank_stream_read_partition"
@@ -73,8 +74,7 @@ def wait_for(path: Path, timeout_s: float = 90) -> dict:
         if deadline.expired():
             raise TimeoutError(f"{path} not written ({deadline.describe()})")
         time.sleep(0.1)
-    time.sleep(0.05)
-    return json.loads(path.read_text())
+    return json.loads(path.read_text())  # whole: the processes write markers with write_marker
 
 
 PATIENCE_S = 20  # an after_landing or between_chunks run waits this long after its first chunk for one with rows
@@ -92,7 +92,7 @@ def _crashing_run(partition_key: str, point: str, marker: Path, n: int = 1) -> N
 
     def stop_dead(landed, **more) -> None:
         found = {"pid": os.getpid(), "landed": landed.path if landed else None, "rows": landed.rows if landed else 0, **more}
-        marker.write_text(json.dumps(found))
+        write_marker(marker, json.dumps(found))
         time.sleep(3600)
 
     def write(self, stream, key, batch):
@@ -108,11 +108,11 @@ def _crashing_run(partition_key: str, point: str, marker: Path, n: int = 1) -> N
         timestamps = len({r.commit_timestamp for r in batch.records})
         if point == "paused" and "paused" not in last and batch.records and timestamps >= n:
             last["paused"] = {"pid": os.getpid(), "rows": batch.mod_count, "timestamps": timestamps, "watermark": batch.watermark.isoformat()}
-            marker.write_text(json.dumps(last["paused"]))
+            write_marker(marker, json.dumps(last["paused"]))
             os.kill(os.getpid(), signal.SIGSTOP)  # the whole process, until the test sends SIGCONT
             last["resumed"] = True
         if last.get("resumed"):
-            marker.with_suffix(".late").write_text(key)
+            write_marker(marker.with_suffix(".late"), key)
         last["landed"] = land(self, stream, key, batch)
         last["with_rows"] += [last["landed"].path] if last["landed"] else []
         # Runs land every few seconds, heartbeats alone included (nothing to land, the watermark
@@ -130,7 +130,7 @@ def _crashing_run(partition_key: str, point: str, marker: Path, n: int = 1) -> N
 
     def stop_if_presumed_dead(instance, run_id, stopping):  # the first chunk is read: wait for the verdict, then check
         if point == "presumed_dead" and not last.get("resumed"):
-            marker.write_text(json.dumps({"pid": os.getpid()}))
+            write_marker(marker, json.dumps({"pid": os.getpid()}))
             go, deadline = marker.with_suffix(".go"), Deadline(120)
             while not go.exists() and not deadline.expired():
                 time.sleep(0.05)
@@ -140,7 +140,7 @@ def _crashing_run(partition_key: str, point: str, marker: Path, n: int = 1) -> N
     def add_children(self, record, end, heartbeat_millis, owner=None):
         if point == "before_children" and "paused" not in last:
             last["paused"] = {"pid": os.getpid(), "partition": record.partition_token, "children": [c.token for c in record.child_partitions]}
-            marker.write_text(json.dumps(last["paused"]))
+            write_marker(marker, json.dumps(last["paused"]))
             os.kill(os.getpid(), signal.SIGSTOP)  # until the test sends SIGCONT
         return announce(self, record, end, heartbeat_millis, owner)
 
@@ -159,13 +159,13 @@ def _drained_run(partition_key: str, marker: Path) -> None:
     def record_progress(self, token, watermark, finished, owner):
         persist(self, token, watermark, finished, owner)
         if not marker.exists():
-            marker.write_text(json.dumps({"pid": os.getpid(), "watermark": watermark.isoformat(), "run_id": owner}))
+            write_marker(marker, json.dumps({"pid": os.getpid(), "watermark": watermark.isoformat(), "run_id": owner}))
 
     PartitionMetadataStore.record_progress = record_progress
     job = build_definitions().resolve_job_def(JOB)
     with DagsterInstance.get() as instance:
         result = job.execute_in_process(instance=instance, partition_key=partition_key, raise_on_error=False)
-    marker.with_suffix(".ended").write_text(json.dumps({"status": instance.get_run_by_id(result.run_id).status.value}))
+    write_marker(marker.with_suffix(".ended"), json.dumps({"status": instance.get_run_by_id(result.run_id).status.value}))
 
 
 def _drained_lake_run(marker: Path) -> None:
@@ -178,14 +178,14 @@ def _drained_lake_run(marker: Path) -> None:
     def noted(self, cut, **options):
         result = apply_cut(self, cut, **options)
         if result.applied and not marker.exists():
-            marker.write_text(json.dumps({"pid": os.getpid(), "cut": cut.isoformat()}))
+            write_marker(marker, json.dumps({"pid": os.getpid(), "cut": cut.isoformat()}))
         return result
 
     stream_lake.Lake.apply_cut = noted
     job = build_definitions().resolve_job_def("bank_stream_lake")  # the lake sensor's job: it sees this run in flight
     with DagsterInstance.get() as instance:
         result = job.execute_in_process(instance=instance, tags={LAKE_TAG: "BankStream", KEEP_CUTTING_TAG: "true"}, raise_on_error=False)
-        marker.with_suffix(".ended").write_text(json.dumps({"status": instance.get_run_by_id(result.run_id).status.value}))
+        write_marker(marker.with_suffix(".ended"), json.dumps({"status": instance.get_run_by_id(result.run_id).status.value}))
 
 
 def _stop_after_first(owner: type, method: str, marker: Path) -> None:
@@ -194,7 +194,7 @@ def _stop_after_first(owner: type, method: str, marker: Path) -> None:
 
     def once_then_stop(*args, **kwargs):
         done = original(*args, **kwargs)
-        marker.write_text(json.dumps({"pid": os.getpid(), "step": method}))
+        write_marker(marker, json.dumps({"pid": os.getpid(), "step": method}))
         time.sleep(3600)
         return done
 
@@ -222,7 +222,6 @@ def _crashing_lake_run(after_cuts: int, marker: Path, table: str = "mirror", how
     from cs_platform.defs.lake_assets import KEEP_CUTTING_TAG
     from cs_platform.defs.tags import LAKE_TAG
     from cs_platform.lake import stream_lake
-    from cs_platform_tests.lake.killed import stopping_after
 
     applying, published = [], []
     apply_cut = stream_lake.Lake.apply_cut

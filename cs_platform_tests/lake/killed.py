@@ -1,10 +1,19 @@
-"""What the kill tests' child processes share: a lake step that stops dead after a mirror or history table commits."""
+"""What the kill tests' child processes share: markers written whole, and a lake step that stops dead after a mirror or history table commits."""
 
 import os
 import signal
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+
+def write_marker(path: Path, text: str) -> None:
+    """Write a marker whole or not at all (a file beside it, then renamed over it): the test polls
+    for the marker's path and reads it as soon as it exists, and a file created but not yet written
+    read as empty once (seen in a loaded suite: a JSONDecodeError at its first character)."""
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def stopping_after(write: Callable, marker: Path, when: Callable[[Any], str | None] = lambda table: "", pause: bool = False) -> Callable:
@@ -18,7 +27,7 @@ def stopping_after(write: Callable, marker: Path, when: Callable[[Any], str | No
         written = write(spark, mirror, *args)
         found = when(mirror)
         if found is not None:
-            marker.write_text(f"{mirror.uri}\n{found}")
+            write_marker(marker, f"{mirror.uri}\n{found}")
             if pause:
                 os.kill(os.getpid(), signal.SIGSTOP)
                 return written
