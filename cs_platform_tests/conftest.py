@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -52,6 +53,15 @@ PROJECT = "cs-platform-test"
 INSTANCE = "test-instance"
 
 _names = itertools.count(1)
+
+
+@pytest.fixture(autouse=True)
+def no_spawned_process_outlives_its_test() -> Iterator[None]:
+    """The processes a test started with ``defs.processes.spawn`` end with it, passed or failed."""
+    yield
+    spawned = sys.modules.get("cs_platform_tests.defs.processes")  # not imported: nothing spawned
+    if spawned is not None:
+        spawned.end_spawned()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
