@@ -44,6 +44,11 @@ parts (workers, Redis, Spark, Dagster) per live partition, the cost of a partiti
 Every configuration prints its reader runs' peak memory (``peak_rss_mb`` of each read's
 materialization: the run process's ru_maxrss).
 
+``--storage postgres`` keeps the instance's runs and events on a PostgreSQL server of its own with
+``make stack``'s storage (production's; ``dev.stack.dagster_yaml``) instead of ``make dev``'s SQLite:
+the server and its backends are a part of their own (``postgres``, one of the product's), and the
+storage figures below, which read SQLite's files, are left out.
+
 Every configuration also samples the stream's low watermark every second of the window
 (``lag_p50_s`` / ``lag_p95_s``: now − low watermark, what holds every cut back), the live
 partitions, the reader runs started per live partition-hour, and Dagster's storage per partition-day
@@ -53,7 +58,7 @@ The emulator renews every partition every ~20 s here, so a run is most of a part
 those two figures are the emulator's churn; the same figures for a partition that lives all day
 follow from the soft timeout (printed as ``..._long_lived``).
 
-    .venv/bin/python bench/freshness.py [--window 180 --writes-per-second 10]
+    .venv/bin/python bench/freshness.py [--window 180 --writes-per-second 10 --only NAME --launcher warm|default --storage sqlite|postgres]
 """
 
 from __future__ import annotations
@@ -81,9 +86,11 @@ from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import STREAM, embedded_bank
 from cs_platform.dev.emulator import free_loopback_port
 from cs_platform.dev.front.server import SpannerFront
+from cs_platform.dev.postgres import postgres_server
 from cs_platform.dev.process_group import stop_process_group
 from cs_platform.dev.run_workers import run_workers
 from cs_platform.dev.spark_connect import spark_connect_server
+from cs_platform.dev.stack import dagster_yaml
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.lake.published import lake_location, latest_cut
 from dagster_storage import storage_of_runs
@@ -181,6 +188,8 @@ def percentile(values: list[float], q: float) -> float:
 # lines, first match wins): the product's parts, then the stand-ins for Cloud Spanner, and this
 # bench's own process (the front, the writer, the watchers).
 PRODUCT_PARTS = (
+    ("bin/postgres", "postgres"),  # with --storage postgres: the server (before "dagster": a backend names its database)
+    ("postgres: ", "postgres"),  # ... and its backends, which rename themselves
     ("cs_platform.workers.worker", "workers"),  # the warm reader runs (make dev's workers: python -m)
     ("cs-platform-run-worker", "workers"),  # ... as a deployment starts them
     ("redis-server", "redis"),
@@ -202,12 +211,16 @@ def cpu_by_part(sampler: TreeSampler, bench_pid: int) -> dict[str, float]:
     return found
 
 
-def measure(name: str, configuration: Configuration, window: float, rate: float, work: Path, warm: bool) -> dict[str, float]:
-    """Run one configuration; returns its freshness figures."""
+def measure(name: str, configuration: Configuration, window: float, rate: float, work: Path, warm: bool, postgres: bool) -> dict[str, float]:
+    """Run one configuration; returns its freshness figures. ``postgres``: the instance on a PostgreSQL
+    server of its own with make stack's storage, instead of make dev's SQLite (no storage figures then:
+    they read SQLite's files)."""
     with contextlib.ExitStack() as stack:
         reader_runs = cs_settings.value({**os.environ, **configuration.settings}, "CS_PLATFORM_MAX_PARALLEL_READS")
         bank = stack.enter_context(embedded_bank(work / name, partition_alive_seconds=20, reader_runs=reader_runs))  # restores the environment
         os.environ.update(configuration.settings)
+        if postgres:  # dagster_yaml takes the reader runs at once from CS_PLATFORM_MAX_PARALLEL_READS, just set
+            (bank.dagster_home / "dagster.yaml").write_text(dagster_yaml(stack.enter_context(postgres_server(work / name))))
         front = None
         if configuration.front:
             front = stack.enter_context(SpannerFront(bank.emulator.host))
@@ -263,8 +276,8 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
         finally:
             watcher.stop.set()
             stop_process_group(dev)
-        storage = sum(f.stat().st_size for f in bank.dagster_home.rglob("*") if f.is_file())
-        written = storage_of_runs(bank.dagster_home, [r.dagster_run.run_id for r in [*reader_records, *lake_runs]])
+        storage = None if postgres else sum(f.stat().st_size for f in bank.dagster_home.rglob("*") if f.is_file())
+        written = None if postgres else storage_of_runs(bank.dagster_home, [r.dagster_run.run_id for r in [*reader_records, *lake_runs]])
     lags = sorted(watcher.visible_at(c) - c.timestamp() for c in measured)
     run_seconds = [r.end_time - r.start_time for r in lake_runs if r.end_time and r.start_time]
     figures = {"p50": statistics.median(lags), "p95": percentile(lags, 95), "max": lags[-1]}
@@ -276,8 +289,9 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
     print(f"{name}_reader_runs: {reader_runs}")
     lengths = f", median {statistics.median(run_seconds):.1f} s each" if run_seconds else ""
     print(f"{name}_lake_runs: {len(lake_runs)} ({len(run_seconds)} ended{lengths})")
-    kb_per_run = storage / 1024 / (reader_runs + len(lake_runs))
-    print(f"{name}_dagster_storage_kb_per_run: {kb_per_run:.0f} ({storage / 2**20:.1f} MB in all)")
+    if storage is not None:
+        kb_per_run = storage / 1024 / (reader_runs + len(lake_runs))
+        print(f"{name}_dagster_storage_kb_per_run: {kb_per_run:.0f} ({storage / 2**20:.1f} MB in all)")
     if peak_rss:
         print(f"{name}_reader_run_peak_rss_mb: {max(peak_rss):.0f} max, {statistics.median(peak_rss):.0f} median ({len(peak_rss)} runs)")
     if key_ranges:
@@ -302,12 +316,13 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
           f"(the product's processes: {', '.join(product)}; not the emulator, the front or the writer)")
     runs_per_partition_hour = window_runs / live / (window / 3600)
     print(f"{name}_runs_per_partition_hour: {runs_per_partition_hour:.0f} ({window_runs} reader runs started in the window)")
-    print(f"{name}_dagster_storage_mb_per_partition_day: {runs_per_partition_hour * 24 * kb_per_run / 1024:.0f} (reader runs only)")
     # A partition that lives all day: one run per soft timeout, plus its start and half a tick.
     long_lived = 3600 / (soft_timeout_s + RUN_START_S + sensor_interval_s / 2)
     print(f"{name}_runs_per_partition_hour_long_lived: {long_lived:.1f}")
-    figures["storage_partition_day"] = partition_day_mb(written, reader_records, reports, long_lived, soft_timeout_s, report_interval_s, name)
-    figures["storage_stream_day_lake"] = stream_day_lake_mb(written, lake_runs, name)
+    if written is not None:
+        print(f"{name}_dagster_storage_mb_per_partition_day: {runs_per_partition_hour * 24 * kb_per_run / 1024:.0f} (reader runs only)")
+        figures["storage_partition_day"] = partition_day_mb(written, reader_records, reports, long_lived, soft_timeout_s, report_interval_s, name)
+        figures["storage_stream_day_lake"] = stream_day_lake_mb(written, lake_runs, name)
     return figures
 
 
@@ -348,15 +363,17 @@ def main() -> None:
     parser.add_argument("--only", choices=tuple(CONFIGURATIONS), action="append", help="measure this configuration (repeatable)")
     parser.add_argument("--launcher", choices=("warm", "default"), default="warm",
                         help="reader runs on warm run workers (make dev's, the default) or Dagster's default launcher")
+    parser.add_argument("--storage", choices=("sqlite", "postgres"), default="sqlite",
+                        help="the instance's runs and events on make dev's SQLite (the default) or on PostgreSQL with make stack's storage")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped (timeout, kill), it stops what it started
     work = Path(tempfile.mkdtemp(prefix="freshness_"))
-    print(f"work directory: {work}")
+    print(f"work directory: {work}; instance storage: {args.storage}")
     results = {}
     began = time.monotonic()
     for name in args.only or CONFIGURATIONS:
         case_began = time.monotonic()
-        results[name] = measure(name, CONFIGURATIONS[name], args.window, args.writes_per_second, work, args.launcher == "warm")
+        results[name] = measure(name, CONFIGURATIONS[name], args.window, args.writes_per_second, work, args.launcher == "warm", args.storage == "postgres")
         print(f"{name}_case_s: {time.monotonic() - case_began:.0f} (its start, first cut, window and last cut; with --only, cases run apart)", flush=True)
     print(f"freshness_bench_s: {time.monotonic() - began:.0f} ({len(results)} cases)")
     if "oversubscribed" in results:
@@ -369,7 +386,7 @@ def main() -> None:
     for busy in ("p48_r16", "p48_r48", "p200"):
         if busy in results:
             print(f"lag_p95_s_{busy}: {results[busy]['lag_p95']:.1f}" + (f" ({results['default']['lag_p95']:.1f} default)" if "default" in results else ""))
-    if {"default", "unthrottled"} <= set(results):
+    if {"default", "unthrottled"} <= set(results) and args.storage == "sqlite":
         for figure in ("storage_partition_day", "storage_stream_day_lake"):
             print(f"unthrottled_over_default_{figure}: {results['unthrottled'][figure] / results['default'][figure]:.1f}")
     if {"default", "tuned"} <= set(results):
