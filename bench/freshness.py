@@ -319,7 +319,7 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
     # A partition that lives all day: one run per soft timeout, plus its start and half a tick.
     long_lived = 3600 / (soft_timeout_s + RUN_START_S + sensor_interval_s / 2)
     print(f"{name}_runs_per_partition_hour_long_lived: {long_lived:.1f}")
-    if written is not None:
+    if storage is not None:  # and written: both read SQLite's files
         print(f"{name}_dagster_storage_mb_per_partition_day: {runs_per_partition_hour * 24 * kb_per_run / 1024:.0f} (reader runs only)")
         figures["storage_partition_day"] = partition_day_mb(written, reader_records, reports, long_lived, soft_timeout_s, report_interval_s, name)
         figures["storage_stream_day_lake"] = stream_day_lake_mb(written, lake_runs, name)

@@ -47,7 +47,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import sqlalchemy
 from dagster import DagsterInstance, DagsterRunStatus, RunsFilter
 
 from cs_platform.changestream.metadata import utc_now
@@ -55,12 +54,13 @@ from cs_platform.dev.code_server import code_server
 from cs_platform.dev.dagster_dev import REPO
 from cs_platform.dev.deadline import wait_until
 from cs_platform.dev.embedded import embedded_bank
-from cs_platform.dev.postgres import postgres_server
+from cs_platform.dev.postgres import postgres_server, query
 from cs_platform.dev.process_group import launch, stop_process_group
 from cs_platform.dev.run_workers import run_workers
 from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.stack import dagster_yaml
 from cs_platform.dev.workload import BankWorkload
+from cs_platform.workers.postgres_storage import DEFAULT_HELD_CONNECTIONS
 from process_tree import TreeSampler  # its sibling: this runs as a script from bench/
 from suite_cpu import command_line, process_stats
 
@@ -68,7 +68,7 @@ READER_JOB = "bank_stream_read_partition"
 LAKE_SENSOR = "bank_stream_lake_sensor"
 STORAGE_SUFFIX = {"sqlite": "", "postgres": "_postgres", "dagster-postgres": "_dagster_postgres"}  # what each figure's name ends in
 # PostgreSQL with cs_platform's storage (connections held) or dagster-postgres's own (one a statement)
-HELD_CONNECTIONS = {"postgres": 2, "dagster-postgres": None}
+HELD_CONNECTIONS = {"postgres": DEFAULT_HELD_CONNECTIONS, "dagster-postgres": None}
 
 
 def ended_reader_runs(instance: DagsterInstance) -> int:
@@ -86,12 +86,8 @@ def postmaster_pid(url: str) -> int:
 
 def sessions(url: str) -> int:
     """The connections the server has accepted in its database since it started (PostgreSQL 14+)."""
-    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            return conn.execute(sqlalchemy.text("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")).scalar_one()
-    finally:
-        engine.dispose()
+    [(accepted,)] = query(url, "SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+    return accepted
 
 
 def measure(launcher: str, args, work: Path) -> dict[str, float]:

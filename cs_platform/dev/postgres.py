@@ -17,7 +17,9 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
+
+import sqlalchemy
 
 from cs_platform.dev.deadline import Deadline
 from cs_platform.dev.emulator import free_loopback_port
@@ -73,6 +75,17 @@ def postgres_server(workdir: Path, database: str = "dagster") -> Iterator[str]:
     finally:
         stop_process_group(server, grace_s=20)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def query(url: str, sql: str) -> list[Any]:
+    """The rows of one statement, on a connection of its own that is closed after it (no pool left
+    behind: a test or a bench asking the server about its own connections)."""
+    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sqlalchemy.text(sql)).all()
+    finally:
+        engine.dispose()
 
 
 def _create_database(psql: str, port: int, database: str, log: Path) -> None:

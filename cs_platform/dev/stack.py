@@ -47,6 +47,7 @@ from cs_platform.dev.serve import DEV_SETTINGS
 from cs_platform.dev.spark_cluster import spark_cluster
 from cs_platform.dev.workload import BankWorkload, start_after
 from cs_platform.storage.gcs import EMULATOR_SETTING
+from cs_platform.workers.postgres_storage import DEFAULT_HELD_CONNECTIONS
 
 log = logging.getLogger("cs_platform.stack")
 
@@ -103,7 +104,7 @@ class Stack:
         return f"gs://{BUCKET}/lake"
 
 
-def dagster_yaml(postgres_url: str, held_connections: int | None = 2) -> str:
+def dagster_yaml(postgres_url: str, held_connections: int | None = DEFAULT_HELD_CONNECTIONS) -> str:
     """make dev's instance settings, with every storage (runs, events, schedules) on PostgreSQL:
     cs_platform's storage holding ``held_connections`` connections per process
     (cs_platform.workers.postgres_storage), or with None dagster-postgres's own (``storage: postgres:``,

@@ -45,6 +45,7 @@ from sqlalchemy.engine import Engine
 # What this process has learnt of each database's schema: (URL, question) answered yes. A yes
 # holds for the process's life: Dagster's migrations add tables and columns and drop none.
 _SCHEMA_HAS: set[tuple[str, str]] = set()
+DEFAULT_HELD_CONNECTIONS = 2  # per process: the daemon's ticks and a run's events, one statement at a time each
 TABLES = "tables"  # the storages' tables exist: each new instance (a sensor evaluation makes one) lists them otherwise
 
 
@@ -114,7 +115,7 @@ class HeldPostgresStorage(DagsterStorage, ConfigurableClass):
     ``held_connections`` connections; configured as Dagster's ``storage: postgres:`` is, plus
     ``held_connections`` (default 2; 0 connects for each statement)."""
 
-    def __init__(self, postgres_url: str, should_autocreate_tables: bool = True, held_connections: int = 2,
+    def __init__(self, postgres_url: str, should_autocreate_tables: bool = True, held_connections: int = DEFAULT_HELD_CONNECTIONS,
                  inst_data: ConfigurableClassData | None = None, token_provider: Any = None):
         if held_connections < 0:
             raise ValueError(f"held_connections ({held_connections}) must be 0 (a connection per statement) or more")
@@ -140,7 +141,7 @@ class HeldPostgresStorage(DagsterStorage, ConfigurableClass):
         return {
             **pg_config(),
             "held_connections": Field(
-                IntSource, is_required=False, default_value=2,
+                IntSource, is_required=False, default_value=DEFAULT_HELD_CONNECTIONS,
                 description="Connections each process keeps open between statements (0: one for each statement, as dagster-postgres does).",
             ),
         }
@@ -150,7 +151,7 @@ class HeldPostgresStorage(DagsterStorage, ConfigurableClass):
         return HeldPostgresStorage(
             postgres_url=pg_url_from_config(config_value),
             should_autocreate_tables=config_value.get("should_autocreate_tables", True),
-            held_connections=config_value.get("held_connections", 2),
+            held_connections=config_value.get("held_connections", DEFAULT_HELD_CONNECTIONS),
             inst_data=inst_data,
             token_provider=get_token_provider_from_config(config_value),
         )

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import Pool
 
 from cs_platform.dev.deadline import wait_until
-from cs_platform.dev.postgres import postgres_server
+from cs_platform.dev.postgres import postgres_server, query
 from cs_platform.dev.stack import dagster_yaml
 from cs_platform.workers.postgres_storage import HeldRunStorage
 
@@ -60,14 +60,7 @@ def a_sensor_tick_and_a_run(instance: DagsterInstance) -> None:
 def connections(url: str, what: str = "1") -> int:
     """How many connections the server's database has but this question's own, having asked
     ``what`` of each (``pg_terminate_backend(pid)`` ends them, as a server's restart would)."""
-    engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            return len(conn.execute(sqlalchemy.text(
-                f"SELECT {what} FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )).all())
-    finally:
-        engine.dispose()
+    return len(query(url, f"SELECT {what} FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"))
 
 
 def test_an_instance_holds_its_connections_asks_the_catalog_once_and_lets_them_go_when_disposed(tmp_path):
