@@ -11,10 +11,13 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
+# --no-compile: pip would compile every module of every package to bytecode (pyspark, dagster, the
+# Kubernetes and Google clients: mostly never imported); Python compiles what a process imports, once,
+# on first use. On a fresh clone with pip's cache full, 42 s (34 CPU-s) -> 23 s (15 CPU-s), 2026-12-01.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet --no-compile -e '.[test]'
 	touch $(STAMP)
 
 NEEDS := $(PY) -m cs_platform.dev.prerequisites
