@@ -17,7 +17,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import sqlalchemy
 
@@ -47,8 +47,9 @@ def postgres_bin() -> Path:
 
 
 @contextmanager
-def postgres_server(workdir: Path, database: str = "dagster") -> Iterator[str]:
-    """Run a PostgreSQL server with ``database`` until exit; yields its ``postgresql://`` URL."""
+def postgres_server(workdir: Path, database: str = "dagster", settings: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Run a PostgreSQL server with ``database`` until exit; yields its ``postgresql://`` URL.
+    ``settings``: more server settings (``postgres -c name=value``), e.g. ``max_connections``."""
     binaries = postgres_bin()
     # Under /tmp, not ``workdir``: the server's user must reach it, and test directories are private.
     home = Path(tempfile.mkdtemp(prefix="cs_platform-postgres-"))
@@ -66,7 +67,7 @@ def postgres_server(workdir: Path, database: str = "dagster") -> Iterator[str]:
     command = [str(binaries / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port), "-k", str(home), "-c", "fsync=off",
                # dagster-postgres reads the server's now() as UTC: in any other zone a run is hours old
                # at birth, and the partition sensor presumes it dead (seen with TZ=America/Los_Angeles).
-               "-c", "timezone=UTC"]
+               "-c", "timezone=UTC", *(arg for name, value in (settings or {}).items() for arg in ("-c", f"{name}={value}"))]
     server = start_server(command, port, workdir / "postgres.log", "PostgreSQL", **account)
     try:
         _create_database(shutil.which("psql") or str(binaries / "psql"), port, database, workdir / "postgres.log")

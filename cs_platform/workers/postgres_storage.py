@@ -84,6 +84,11 @@ class _SharedEngine:
 
     _engine: Engine
 
+    @property
+    def held_connections(self) -> int:
+        """The connections the engine keeps open between statements (0: one per statement)."""
+        return self._engine.pool.size() if isinstance(self._engine.pool, pool.QueuePool) else 0
+
     def share(self, engine: Engine) -> None:
         old, self._engine = self._engine, engine
         old.dispose()

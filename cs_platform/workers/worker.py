@@ -44,6 +44,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from cs_platform import settings
 from cs_platform.storage.location import is_local
+from cs_platform.workers.connection_budget import TooManyConnectionsError, check_connection_budget
 from cs_platform.workers.launcher import ReaderRunLauncher, report_termination
 
 log = logging.getLogger("cs_platform.workers")
@@ -181,7 +182,7 @@ def worker_argv(queue: str, concurrency: int, max_runs_per_process: int) -> list
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         return serve(argv)
-    except WorkerSetupError as e:
+    except (WorkerSetupError, TooManyConnectionsError) as e:
         sys.exit(f"cs-platform-run-worker: {e}")
 
 
@@ -201,6 +202,7 @@ def serve(argv: Sequence[str] | None) -> int:
     with DagsterInstance.get() as instance:  # imports the instance's storage here, once
         launcher = reader_launcher(instance)
         app, queue = launcher.celery, launcher.queue
+        check_connection_budget(instance, concurrency, hold_connections=args.connections == "held")
     register_run_task(app, hold_connections=args.connections == "held")
     drain_on_shutdown()
     warm_up(args.code_location)
