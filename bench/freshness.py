@@ -45,7 +45,8 @@ Every configuration prints its reader runs' peak memory (``peak_rss_mb`` of each
 materialization: the run process's ru_maxrss).
 
 ``--storage postgres`` keeps the instance's runs and events on a PostgreSQL server of its own with
-``make stack``'s storage (production's; ``dev.stack.dagster_yaml``) instead of ``make dev``'s SQLite:
+``make stack``'s storage (production's; ``dev.stack.dagster_yaml``) instead of ``make dev``'s SQLite,
+its ``max_connections`` raised to hold every worker process's connections,
 the server and its backends are a part of their own (``postgres``, one of the product's), and the
 storage figures below, which read SQLite's files, are left out.
 
@@ -93,6 +94,7 @@ from cs_platform.dev.spark_connect import spark_connect_server
 from cs_platform.dev.stack import dagster_yaml
 from cs_platform.dev.workload import BankWorkload
 from cs_platform.lake.published import lake_location, latest_cut
+from cs_platform.workers.postgres_storage import DEFAULT_HELD_CONNECTIONS
 from dagster_storage import storage_of_runs
 from process_tree import TreeSampler
 
@@ -220,7 +222,10 @@ def measure(name: str, configuration: Configuration, window: float, rate: float,
         bank = stack.enter_context(embedded_bank(work / name, partition_alive_seconds=20, reader_runs=reader_runs))  # restores the environment
         os.environ.update(configuration.settings)
         if postgres:  # dagster_yaml takes the reader runs at once from CS_PLATFORM_MAX_PARALLEL_READS, just set
-            (bank.dagster_home / "dagster.yaml").write_text(dagster_yaml(stack.enter_context(postgres_server(work / name))))
+            # Room for every worker process's held connections and the rest (the daemon, the code
+            # server, the lake runs): the sum docs/production.md tells a deployment to make.
+            room = {"max_connections": str(reader_runs * DEFAULT_HELD_CONNECTIONS + 50)}
+            (bank.dagster_home / "dagster.yaml").write_text(dagster_yaml(stack.enter_context(postgres_server(work / name, settings=room))))
         front = None
         if configuration.front:
             front = stack.enter_context(SpannerFront(bank.emulator.host))
