@@ -189,12 +189,12 @@ def _table_definition(columns: dict[str, dict]) -> str:
     )
 
 
-def sample_keys(mirror: DataFrame, keys: list[str], n: int, seed: int = 7) -> list[tuple]:
-    """Up to ``n`` random primary keys of ``mirror``, as the values a Spanner read takes: TIMESTAMP
-    in UTC (not PySpark's naive local time), BYTES as ``bytes``."""
-    kinds = {f.name: f.dataType for f in mirror.schema.fields}
+def key_values(rows: DataFrame, keys: list[str]) -> list[tuple]:
+    """The primary key of every row of ``rows`` (a sample: they are collected), as the values a
+    Spanner read takes: TIMESTAMP in UTC (not PySpark's naive local time), BYTES as ``bytes``."""
+    kinds = {f.name: f.dataType for f in rows.schema.fields}
     columns = [F.unix_micros(F.col(f"`{k}`")).alias(k) if isinstance(kinds[k], TimestampType) else F.col(f"`{k}`") for k in keys]
-    rows = mirror.select(*columns).orderBy(F.rand(seed=seed)).limit(n).collect()
+    rows = rows.select(*columns).collect()
 
     def value(name: str, v: Any) -> Any:
         if v is None:

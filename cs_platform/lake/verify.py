@@ -15,7 +15,7 @@ from pyspark.sql.types import StringType, StructField, StructType
 from cs_platform.changestream.catalog import WatchedTable, watched_tables_and_shapes
 from cs_platform.changestream.source_reads import SourceSnapshot
 from cs_platform.lake.identifiers import quoted
-from cs_platform.lake.mirrors import primary_key, sample_keys, typed_rows
+from cs_platform.lake.mirrors import key_values, primary_key, typed_rows
 from cs_platform.lake.snapshot import table_columns
 from cs_platform.lake.stream_lake import Lake
 
@@ -59,8 +59,9 @@ def mirrors_against_source(lake: Lake, database: Database, stream: str, samples:
     keys' rows in the source read at that timestamp (typed by the casts a snapshot types rows with:
     no value is compared in Python). A row missing from the source, a value reverted or a column
     the source lacks all count. A mirror of a table no longer watched keeps its last rows: not
-    compared. Cost: per table one count and one sampled read on each side, and one key read of
-    Spanner (docs/lake.md, Checks)."""
+    compared. Cost: per table one count and one sampled read on each side (no count of a mirror
+    smaller than the sample: the sample holds all of it), and one key read of Spanner (docs/lake.md,
+    Checks)."""
     cut = cut or lake.last_cut()
     if cut is None:
         return SourceComparison(None)
@@ -85,13 +86,16 @@ def _compare_rows(lake: Lake, source: SourceSnapshot, table: WatchedTable, mirro
     keys = primary_key(lake.spark, lake.mirror(table.name))
     common = [c for c in columns if c in mirror.columns]
     sampled = mirror.select(*map(quoted, common)).orderBy(F.rand(seed=7)).limit(samples).localCheckpoint()
-    sampled_keys = sample_keys(sampled, keys, samples)  # every row of the sample: it holds at most ``samples``
+    sampled_keys = key_values(sampled, keys)
+    # A sample short of ``samples`` rows is the whole mirror: its size is the mirror's row count, with
+    # no scan of its own (most tables a lake mirrors are small: a job less for each, at every check).
+    mirror_rows = len(sampled_keys) if len(sampled_keys) < samples else mirror.count()
     at_source = source.rows_as_text(table.name, common, keys, sampled_keys)
     text = StructType([StructField(c, StringType()) for c in common])
     expected = typed_rows(lake.spark.createDataFrame(at_source, text), {c: columns[c] for c in common})
     differing = sampled.exceptAll(expected).unionAll(expected.exceptAll(sampled)).count()  # both sides in one job
     return {
-        "mirror_rows": mirror.count(),
+        "mirror_rows": mirror_rows,
         "source_rows": source.row_count(table.name),
         "sampled_rows": len(sampled_keys),
         "differing_rows": differing,

@@ -77,6 +77,9 @@ def test_a_value_reads_the_same_from_the_snapshot_and_from_the_stream(make_datab
     reverted = mirrors_against_source(lake, db, "ItemsStream")
     assert reverted.mismatched == ["Items"], reverted.tables
     assert reverted.tables["Items"]["differing_rows"] == 2 and reverted.tables["Items"]["mirror_rows"] == reverted.tables["Items"]["source_rows"] == 2
+    # A sample smaller than the mirror: its rows are counted, not taken from the sample's size.
+    sampled = mirrors_against_source(lake, db, "ItemsStream", samples=1).tables["Items"]
+    assert (sampled["sampled_rows"], sampled["mirror_rows"]) == (1, 2), sampled
 
 
 def test_a_commit_at_the_start_is_in_the_snapshot_only(make_database, spark, tmp_path, emulator):
