@@ -53,6 +53,12 @@ PROJECT = "cs-platform-test"
 INSTANCE = "test-instance"
 
 _names = itertools.count(1)
+# How long a test stream's reader run reads before it ends (production: an hour). A run still lands
+# and persists its watermark every 2 s (the landing interval), so what a test waits on moves as
+# often; a partition that ends (the emulator's churn, the front's re-partitioning) ends its run
+# sooner. At 2 s, each live partition was a new run every 2 s: six heavy tests launched 268 runs,
+# at 15 s 177, and used 840 CPU-s of the machine instead of 914 (docs/benchmarks.md, 2026-12-01).
+SOFT_TIMEOUT_S = 15
 
 
 @pytest.fixture(autouse=True)
@@ -428,7 +434,7 @@ class StreamSetup:
             loop.run_until(self.finished, timeout_s=timeout_s)
 
     def configure(
-        self, start: datetime, end: datetime, soft_timeout_s: float = 2, stale_run_s: float = 20, heartbeat_ms: int = 1000
+        self, start: datetime, end: datetime, soft_timeout_s: float = SOFT_TIMEOUT_S, stale_run_s: float = 20, heartbeat_ms: int = 1000
     ) -> None:
         for name, value in {
             "CS_PLATFORM_START_TIMESTAMP": start.isoformat(),

@@ -22,6 +22,7 @@ from cs_platform.dev.oracle import check_bank_cut, spread
 from cs_platform.dev.sensor_loop import SensorLoop
 from cs_platform.lake.stream_lake import Lake
 from cs_platform.landing.store import LandingStore, landed_upto
+from cs_platform_tests.conftest import SOFT_TIMEOUT_S
 from cs_platform_tests.defs.landing_oracle import assert_no_loss
 from cs_platform_tests.defs.processes import SENSOR, spawn, wait_for
 
@@ -79,7 +80,7 @@ def test_terminated_reader_and_lake_runs_drain_and_end_canceled(
 
     # The sensor reads on from the drained watermarks while a lake run cuts. Sent SIGTERM once it
     # published a cut, it ends CANCELED on a published cut, never half of one.
-    monkeypatch.setenv("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", "2")
+    monkeypatch.setenv("CS_PLATFORM_SOFT_TIMEOUT_SECONDS", str(SOFT_TIMEOUT_S))
     monkeypatch.setenv("CS_PLATFORM_LANDING_INTERVAL_SECONDS", "2")
     monkeypatch.setenv("CS_PLATFORM_STALE_RUN_SECONDS", "120")
     monkeypatch.setenv("CS_PLATFORM_CUT_INTERVAL_SECONDS", "5")  # fewer cuts to check
