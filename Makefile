@@ -11,13 +11,14 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# --no-compile: pip would compile every module of every package to bytecode (pyspark, dagster, the
-# Kubernetes and Google clients: mostly never imported); Python compiles what a process imports, once,
-# on first use. On a fresh clone with pip's cache full, 42 s (34 CPU-s) -> 23 s (15 CPU-s), 2026-12-01.
+# pip compiles every module to bytecode as it installs (about 20 s of the 42 s a set-up takes with
+# pip's cache full). Not --no-compile: where PYTHONDONTWRITEBYTECODE is set (this machine and CI), no
+# process would ever write a .pyc, and each would compile all it imports anew: two fresh clones'
+# suites without it used ~190 CPU-s more in their run processes alone (docs/benchmarks.md, 2026-12-01).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet --no-compile -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
 NEEDS := $(PY) -m cs_platform.dev.prerequisites
