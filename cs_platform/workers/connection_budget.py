@@ -30,7 +30,7 @@ log = logging.getLogger("cs_platform.workers")
 # PostgreSQL 16 added reserved_connections (for roles with pg_use_reserved_connections) beside
 # superuser_reserved_connections: both are kept from ordinary clients.
 SETTINGS = "SELECT name, setting FROM pg_settings WHERE name IN ('max_connections', 'superuser_reserved_connections', 'reserved_connections')"
-IN_USE = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+IN_USE = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"  # not the asking one
 
 
 class TooManyConnectionsError(RuntimeError):
@@ -78,7 +78,7 @@ def connection_budget(instance: DagsterInstance, processes: int, hold_connection
         return None
     with instance.run_storage.connect() as conn:
         settings = {name: int(value) for name, value in conn.execute(text(SETTINGS))}
-        in_use = conn.execute(text(IN_USE)).scalar_one() - 1  # not this question's own connection
+        in_use = conn.execute(text(IN_USE)).scalar_one()
     reserved = settings.get("superuser_reserved_connections", 0) + settings.get("reserved_connections", 0)
     return ConnectionBudget(settings["max_connections"], reserved, in_use, processes, held_each)
 

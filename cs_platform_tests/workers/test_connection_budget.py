@@ -16,6 +16,7 @@ from cs_platform.workers.connection_budget import check_connection_budget
 from cs_platform.workers.worker import main
 
 MAX_CONNECTIONS = 20  # PostgreSQL reserves 3 of them for superusers by default: 17 admitted
+REFUSED = 9  # worker processes holding 2 each: 18, one more than admitted
 
 
 def test_workers_that_could_never_hold_their_connections_are_refused_and_a_tight_fit_is_named(tmp_path, monkeypatch, caplog):
@@ -25,18 +26,18 @@ def test_workers_that_could_never_hold_their_connections_are_refused_and_a_tight
     home.mkdir()
     monkeypatch.setenv("DAGSTER_HOME", str(home))
     with postgres_server(tmp_path, settings={"max_connections": str(MAX_CONNECTIONS)}) as url:
-        for held, refused_at in ((2, 9), (None, 9)):  # cs_platform's storage holding 2; dagster-postgres's, one to each storage
+        for held in (2, None):  # cs_platform's storage holding 2; dagster-postgres's, one to each storage
             (home / "dagster.yaml").write_text(dagster_yaml(url, held_connections=held))
             use_run_workers(home / "dagster.yaml")
             with pytest.raises(SystemExit) as refused:
-                main(["--concurrency", str(refused_at)])
+                main(["--concurrency", str(REFUSED)])
             message = str(refused.value.code)
             assert "9 worker processes (--concurrency" in message and "18 in all" in message, message
             assert "max_connections is 20, 3 of them reserved" in message and "admits 17 clients" in message, message
             assert "held_connections" in message and "--connections per-statement" in message, message
 
         with DagsterInstance.get() as instance:  # dagster-postgres's storage, as written last
-            assert check_connection_budget(instance, refused_at, hold_connections=False) is None  # per statement: nothing held
+            assert check_connection_budget(instance, REFUSED, hold_connections=False) is None  # per statement: nothing held
             others = sqlalchemy.create_engine(url, pool_size=8)
             held = [others.connect() for _ in range(8)]  # the daemon's, the code servers', ...
             try:
