@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Callable
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -108,8 +108,7 @@ def replace_mirror(spark: SparkSession, mirror: DeltaPath, rows: DataFrame, colu
         view = f"cs_platform_snapshot_{uuid.uuid4().hex}"  # tables are written side by side
         rows.createOrReplaceTempView(view)
         try:
-            typed = ", ".join(f"CAST({quoted(name)} AS {spark_type(c['type'])}) AS {quoted(name)}" for name, c in columns.items())
-            spark.sql(f"CREATE TABLE delta.{quoted(mirror.uri)} {_table_definition(columns)} AS SELECT {typed} FROM `{view}`")
+            _create(spark, mirror, columns, quoted, f"FROM `{view}`")
         finally:
             spark.catalog.dropTempView(view)
     version = mirror.version()
@@ -166,15 +165,31 @@ def ensure_columns(spark: SparkSession, mirror: DeltaPath, columns: dict[str, di
     its primary key, so OPTIMIZE keeps each key range in few files. Columns are added by an empty
     append with ``mergeSchema``, not ``ALTER TABLE``: delta-spark records no transaction identifier
     on an ALTER, so a writer the lake's fence stopped could still run one."""
-    wanted = {name: spark_type(c["type"]) for name, c in columns.items()}
     if not mirror.exists():
-        schema = ", ".join(f"{quoted(name)} {sql_type}" for name, sql_type in wanted.items())
-        spark.sql(f"CREATE TABLE IF NOT EXISTS delta.{quoted(mirror.uri)} ({schema}) {_table_definition(columns)}")
+        _create(spark, mirror, columns, lambda _name: "NULL", "WHERE false")
         return
+    wanted = {name: spark_type(c["type"]) for name, c in columns.items()}
     present = mirror.read(spark)
     missing = [F.lit(None).cast(sql_type).alias(name) for name, sql_type in wanted.items() if name not in present.columns]
     if missing:
         present.limit(0).select("*", *missing).write.format("delta").mode("append").option("mergeSchema", "true").save(mirror.uri)
+
+
+def _create(spark: SparkSession, mirror: DeltaPath, columns: dict[str, dict], value_of: Callable[[str], str], rest: str) -> None:
+    """Create ``mirror`` (:func:`_table_definition`) in one commit, as ``SELECT`` each column's
+    ``value_of(name)`` cast to its type, then ``rest`` (``FROM <view>`` for its rows, ``WHERE false``
+    for none).
+
+    ``CREATE OR REPLACE``, only ever where no commit exists: a writer killed while creating a table
+    leaves its files but no commit (an empty ``_delta_log``, data files), which ``CREATE TABLE``
+    takes for a table that exists (``TABLE_OR_VIEW_ALREADY_EXISTS``, every later try failing the
+    same way) and ``IF NOT EXISTS`` for one to leave alone (no table, and the write after it fails).
+    A replace takes the location over, leftovers and all (they are never read; ``VACUUM`` removes
+    them). It does not reopen a race with a newer writer: one that created the table since carries a
+    higher transaction version, and Delta skips an older writer's replace of it as any fenced write
+    (``lake.fence``)."""
+    typed = ", ".join(f"CAST({value_of(name)} AS {spark_type(c['type'])}) AS {quoted(name)}" for name, c in columns.items())
+    spark.sql(f"CREATE OR REPLACE TABLE delta.{quoted(mirror.uri)} {_table_definition(columns)} AS SELECT {typed} {rest}")
 
 
 def _table_definition(columns: dict[str, dict]) -> str:
