@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -108,7 +108,7 @@ def replace_mirror(spark: SparkSession, mirror: DeltaPath, rows: DataFrame, colu
         view = f"cs_platform_snapshot_{uuid.uuid4().hex}"  # tables are written side by side
         rows.createOrReplaceTempView(view)
         try:
-            _create(spark, mirror, columns, quoted, f"FROM `{view}`")
+            _create(spark, mirror, columns, view)
         finally:
             spark.catalog.dropTempView(view)
     version = mirror.version()
@@ -166,7 +166,7 @@ def ensure_columns(spark: SparkSession, mirror: DeltaPath, columns: dict[str, di
     append with ``mergeSchema``, not ``ALTER TABLE``: delta-spark records no transaction identifier
     on an ALTER, so a writer the lake's fence stopped could still run one."""
     if not mirror.exists():
-        _create(spark, mirror, columns, lambda _name: "NULL", "WHERE false")
+        _create(spark, mirror, columns)
         return
     wanted = {name: spark_type(c["type"]) for name, c in columns.items()}
     present = mirror.read(spark)
@@ -175,10 +175,9 @@ def ensure_columns(spark: SparkSession, mirror: DeltaPath, columns: dict[str, di
         present.limit(0).select("*", *missing).write.format("delta").mode("append").option("mergeSchema", "true").save(mirror.uri)
 
 
-def _create(spark: SparkSession, mirror: DeltaPath, columns: dict[str, dict], value_of: Callable[[str], str], rest: str) -> None:
-    """Create ``mirror`` (:func:`_table_definition`) in one commit, as ``SELECT`` each column's
-    ``value_of(name)`` cast to its type, then ``rest`` (``FROM <view>`` for its rows, ``WHERE false``
-    for none).
+def _create(spark: SparkSession, mirror: DeltaPath, columns: dict[str, dict], view: str | None = None) -> None:
+    """Create ``mirror`` (:func:`_table_definition`) in one commit, with the rows of the temporary
+    view ``view``, each column cast to its type, or with none.
 
     ``CREATE OR REPLACE``, only ever where no commit exists: a writer killed while creating a table
     leaves its files but no commit (an empty ``_delta_log``, data files), which ``CREATE TABLE``
@@ -188,8 +187,10 @@ def _create(spark: SparkSession, mirror: DeltaPath, columns: dict[str, dict], va
     them). It does not reopen a race with a newer writer: one that created the table since carries a
     higher transaction version, and Delta skips an older writer's replace of it as any fenced write
     (``lake.fence``)."""
-    typed = ", ".join(f"CAST({value_of(name)} AS {spark_type(c['type'])}) AS {quoted(name)}" for name, c in columns.items())
-    spark.sql(f"CREATE OR REPLACE TABLE delta.{quoted(mirror.uri)} {_table_definition(columns)} AS SELECT {typed} {rest}")
+    value = quoted if view else lambda _name: "NULL"
+    typed = ", ".join(f"CAST({value(name)} AS {spark_type(c['type'])}) AS {quoted(name)}" for name, c in columns.items())
+    rows = f"FROM {quoted(view)}" if view else "WHERE false"
+    spark.sql(f"CREATE OR REPLACE TABLE delta.{quoted(mirror.uri)} {_table_definition(columns)} AS SELECT {typed} {rows}")
 
 
 def _table_definition(columns: dict[str, dict]) -> str:
