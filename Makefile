@@ -31,8 +31,8 @@ NEEDS := $(PY) -m cs_platform.dev.prerequisites
 # on 2026-11-27, same machine and code: two workers 22:09 of pytest (2,467 CPU-s of the machine),
 # three 19:06 (2,281); and three with three busy-looping processes beside them (load average
 # 11-19, 32:02 of pytest) passed all 291 tests too (docs/tests.md, "Running them").
-# Not four: on 2026-12-01 a fourth took 11 % less time on a fast hour, where three left a core idle
-# a sixth of the run, and 3 % more on a slow one, where none was idle (docs/benchmarks.md).
+# Not four: a fourth fills the idle time three leave on a fast hour of the machine, and on a slow
+# hour, with none to fill, costs more CPU and time (docs/benchmarks.md, "Four workers against three").
 TEST_WORKERS ?= 3
 # ruff first: a lint failure (pyproject.toml, [tool.ruff]) fails in a second or two, not after the suite.
 test: setup
